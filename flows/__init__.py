@@ -1,0 +1,1 @@
+"""Prefect flows: thin orchestration over kindex_etl's plain functions."""

@@ -1,0 +1,177 @@
+"""The `kindex-etl` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+
+def _quiet_prefect() -> None:
+    # Offline by default: no telemetry, and an ephemeral server when no API URL is configured.
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "60")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+
+
+def _fail(message: str) -> int:
+    print(f"kindex-etl: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _emit(data: dict[str, Any], as_json: bool, human: str) -> None:
+    if as_json:
+        print(json.dumps(data, sort_keys=True))
+    else:
+        print(human)
+
+
+def _human_summary(s: dict[str, Any]) -> str:
+    lines = [
+        f"objects: {s['objects_seen']} seen, {s['objects_ingested']} ingested, "
+        f"{s['objects_skipped']} skipped, {s['objects_rejected']} rejected",
+        f"rows: {s['rows_read']} read -> {s['runs_written']} new runs, "
+        f"{s['duplicate_rows']} duplicates, {s['quarantined_rows']} quarantined",
+    ]
+    if s["quarantined_by_reason"]:
+        lines.append(
+            "quarantined by reason: "
+            + ", ".join(f"{k}={v}" for k, v in sorted(s["quarantined_by_reason"].items()))
+        )
+    lines.append(f"new liger versions: {', '.join(s['new_versions']) or 'none'}")
+    for r in s.get("reruns_triggered", []):
+        lines.append(f"GPU re-run for {r['version']}: {r.get('state', 'requested')}")
+        if r.get("howToRun"):
+            lines.append(f"  run it with: {r['howToRun']}")
+    lines.append(f"took {s['elapsed_s']:.2f} s")
+    return "\n".join(lines)
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from kindex_etl.storage import StorageError
+
+    _quiet_prefect()
+    from flows.ingest import ingest_flow
+
+    try:
+        state = ingest_flow(
+            upstream=args.upstream,
+            warehouse=args.warehouse,
+            backfill=args.backfill,
+            trigger=not args.no_trigger,
+            prefix=args.prefix,
+            return_state=True,
+        )
+        summary = state.result()
+    except (StorageError, ValueError, OSError) as exc:
+        return _fail(str(exc))
+    _emit(summary, args.json, _human_summary(summary))
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from kindex_etl.catalog import load_catalog
+    from kindex_etl.replay import replay
+    from kindex_etl.storage import StorageError
+
+    try:
+        catalog = load_catalog(args.catalog_dir) if args.catalog_dir else None
+        summary = replay(args.warehouse, catalog=catalog).as_dict()
+    except (StorageError, ValueError, OSError) as exc:
+        return _fail(str(exc))
+    _emit(summary, args.json, _human_summary(summary))
+    return 0
+
+
+def cmd_quarantine(args: argparse.Namespace) -> int:
+    from kindex_etl.replay import open_quarantine
+    from kindex_etl.storage import StorageError
+
+    try:
+        table = open_quarantine(args.warehouse)
+    except (StorageError, ValueError, OSError) as exc:
+        return _fail(str(exc))
+    rows = table.select(["source_key", "source_etag", "source_row", "reason", "detail"]).to_pylist()
+    if args.json:
+        print(json.dumps({"rows": rows}, sort_keys=True))
+    else:
+        for r in rows:
+            print(
+                f"{r['source_key']}@{r['source_etag']} row {r['source_row']}: {r['reason']}: {r['detail']}"
+            )
+        print(f"{len(rows)} row(s) held back")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from kindex_etl.models import json_schemas
+
+    schemas = json_schemas()
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for kind, schema in schemas.items():
+            (out / f"{kind}.schema.json").write_text(json.dumps(schema, indent=2) + "\n")
+        print(f"wrote {len(schemas)} schemas to {out}")
+    else:
+        print(json.dumps(schemas, indent=2))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    _quiet_prefect()
+    from kindex_etl.demo import run_demo
+
+    return run_demo(args.workdir, offline=args.offline)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kindex-etl", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("ingest", help="ingest new upstream CSVs into the warehouse")
+    p.add_argument("--upstream", required=True, help="directory or s3://bucket[/prefix]")
+    p.add_argument("--warehouse", required=True, help="directory or s3://bucket[/prefix]")
+    p.add_argument("--backfill", action="store_true",
+                   help="re-read every object, even unchanged ones; never trigger re-runs")  # fmt: skip
+    p.add_argument("--no-trigger", action="store_true", help="do not trigger GPU re-runs")
+    p.add_argument("--prefix", default="", help="only objects under this key prefix")
+    p.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
+    p.set_defaults(func=cmd_ingest)
+
+    p = sub.add_parser("replay", help="replay held-back rows (after a catalog update)")
+    p.add_argument("--warehouse", required=True)
+    p.add_argument("--catalog-dir", default=None, help="directory with gpus.json/kernels.json")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("quarantine", help="list rows and files held back, with reasons")
+    p.add_argument("--warehouse", required=True)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_quarantine)
+
+    p = sub.add_parser("schema", help="export the JSON Schema of each document kind")
+    p.add_argument("--out", default=None)
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser("demo", help="lay out an upstream folder, ingest it, query it")
+    p.add_argument("--workdir", default="kindex-demo")
+    p.add_argument("--offline", action="store_true",
+                   help="do not fetch the liger-kernel sdist; use the generated sample")  # fmt: skip
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

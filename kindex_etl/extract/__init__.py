@@ -1,0 +1,1 @@
+"""Extract: find upstream CSV objects and stream their rows as Arrow record batches."""

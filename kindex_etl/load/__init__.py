@@ -1,0 +1,1 @@
+"""Load: write Parquet and JSON to staging, commit, publish."""

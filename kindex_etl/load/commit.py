@@ -1,0 +1,207 @@
+"""The commit protocol: stage, commit, publish; and the state every run starts from.
+
+1. Data files are staged under `_kindex/staging/<batch>/<final key>`: invisible to readers of
+   the table folders.
+2. One commit record `_kindex/log/<seq>.json` is created with a conditional create
+   (If-None-Match). That is the single atomic step: two writers can never both take a sequence
+   number, and a writer that loses re-reads the log and redoes only what is still undone.
+3. The staged files are published to their final keys, then `_kindex/snapshot.json` (every
+   published file, by table) is advanced with a compare-and-swap on its ETag.
+
+A crash before 2 leaves only staging, removed later as an orphan; a crash after 2 is rolled
+forward by the next run (`recover`). Which upstream object versions are done is read from the
+log, so any worker can continue where another stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ..storage import NotFound, ObjectStore, PreconditionFailed
+from . import layout
+
+FAULT_ENV = "KINDEX_FAULT_AT"
+
+
+def fault_point(name: str) -> None:
+    """Crash here on purpose when KINDEX_FAULT_AT names this point (crash-recovery tests)."""
+    if os.environ.get(FAULT_ENV) == name:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def utcnow() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+@dataclass
+class Warehouse:
+    store: ObjectStore
+    _records: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    # -- reading the state ------------------------------------------------------------------
+
+    def refresh(self) -> list[dict[str, Any]]:
+        for info in self.store.list(layout.LOG):
+            name = info.key[len(layout.LOG) :]
+            if not name.endswith(".json") or not name[:-5].isdigit():
+                continue
+            seq = int(name[:-5])
+            if seq not in self._records:
+                self._records[seq] = json.loads(self.store.get_bytes(info.key))
+        return self.records
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return [self._records[s] for s in sorted(self._records)]
+
+    @property
+    def head(self) -> int:
+        return max(self._records, default=0)
+
+    def done_objects(self) -> dict[str, str]:
+        done: dict[str, str] = {}
+        for record in self.records:
+            for obj in record.get("objects", []):
+                done[obj["key"]] = obj["etag"]
+        return done
+
+    def files(self, table: str) -> list[str]:
+        return [
+            f["key"]
+            for record in self.records
+            for f in record.get("files", [])
+            if layout.table_of(f["key"]) == table
+        ]
+
+    def read_table(self, table: str, columns: list[str] | None = None) -> pa.Table | None:
+        """All committed rows of a table (published or still in staging)."""
+        parts = []
+        for record in self.records:
+            for f in record.get("files", []):
+                if layout.table_of(f["key"]) != table:
+                    continue
+                parts.append(self._read_parquet(record["batch"], f["key"], columns))
+        if not parts:
+            return None
+        return pa.concat_tables(parts, promote_options="permissive")
+
+    def _read_parquet(self, batch: str, key: str, columns: list[str] | None) -> pa.Table:
+        for candidate in (key, layout.staging_key(batch, key)):
+            path = self.store.local_path(candidate)
+            if path is not None:
+                if path.exists():
+                    return pq.read_table(path, columns=columns)
+                continue
+            try:
+                with self.store.open_read(candidate) as fh:
+                    return pq.read_table(pa.py_buffer(fh.read()), columns=columns)
+            except NotFound:
+                continue
+        raise NotFound(key)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def stage(self, batch: str, key: str, path: os.PathLike[str]) -> None:
+        from pathlib import Path
+
+        target = layout.staging_key(batch, key)
+        move = getattr(self.store, "move_file", None)
+        if move is not None:
+            move(target, Path(path))
+        else:
+            self.store.put_file(target, Path(path))
+
+    def commit(self, record: dict[str, Any]) -> int:
+        """Append a record at the next sequence number; PreconditionFailed if someone was first."""
+        seq = self.head + 1
+        record = {**record, "seq": seq, "committedAt": utcnow(), "writer": _writer_id()}
+        payload = json.dumps(record, indent=1, sort_keys=True).encode()
+        self.store.put_bytes(layout.log_key(seq), payload, if_none_match=True)
+        self._records[seq] = record
+        return seq
+
+    def publish(self, record: dict[str, Any]) -> None:
+        """Move a committed batch's staged files to their final keys (idempotent)."""
+        batch = record["batch"]
+        for i, f in enumerate(record.get("files", [])):
+            staged = layout.staging_key(batch, f["key"])
+            if self.store.head(staged) is not None:
+                self.store.copy(staged, f["key"])
+                self.store.delete(staged)
+            if i == 0:
+                fault_point("mid_publish")
+
+    def update_snapshot(self) -> None:
+        """Advance `_kindex/snapshot.json` to the log head, unless a newer writer did already."""
+        for _ in range(20):
+            current = self.store.head(layout.SNAPSHOT)
+            if current is not None:
+                snap = json.loads(self.store.get_bytes(layout.SNAPSHOT))
+                if snap.get("seq", 0) >= self.head:
+                    return
+            tables: dict[str, list[str]] = {}
+            for record in self.records:
+                for f in record.get("files", []):
+                    tables.setdefault(layout.table_of(f["key"]), []).append(f["key"])
+            payload = json.dumps(
+                {"seq": self.head, "updatedAt": utcnow(), "tables": tables},
+                indent=1,
+                sort_keys=True,
+            ).encode()
+            try:
+                if current is None:
+                    self.store.put_bytes(layout.SNAPSHOT, payload, if_none_match=True)
+                else:
+                    self.store.put_bytes(layout.SNAPSHOT, payload, if_match=current.etag)
+                return
+            except PreconditionFailed:
+                continue
+
+    def discard(self, batch: str) -> None:
+        for info in list(self.store.list(f"{layout.STAGING}{batch}/")):
+            self.store.delete(info.key)
+
+    def recover(self, orphan_grace: timedelta) -> dict[str, int]:
+        """Finish interrupted publishes; remove staging that no commit will ever claim."""
+        self.refresh()
+        committed = {r["batch"]: r for r in self.records}
+        rolled, removed = 0, 0
+        staged_batches: dict[str, list[Any]] = {}
+        for info in self.store.list(layout.STAGING):
+            batch = info.key[len(layout.STAGING) :].split("/", 1)[0]
+            staged_batches.setdefault(batch, []).append(info)
+        now = datetime.now(UTC)
+        for batch, infos in staged_batches.items():
+            if batch in committed:
+                self.publish(committed[batch])
+                rolled += 1
+            elif all(now - i.last_modified >= orphan_grace for i in infos):
+                for info in infos:
+                    self.store.delete(info.key)
+                removed += 1
+        self.update_snapshot()
+        return {"rolled_forward": rolled, "orphans_removed": removed}
+
+
+def _writer_id() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def file_entries(files: Iterable[tuple[str, int, int]]) -> list[dict[str, Any]]:
+    return [{"key": key, "rows": rows, "bytes": size} for key, rows, size in files]
+
+
+def suppress_missing() -> contextlib.AbstractContextManager[None]:
+    return contextlib.suppress(NotFound, FileNotFoundError)

@@ -1,0 +1,60 @@
+"""Where everything lives in a warehouse. Consumers rely on these paths: change them never.
+
+benchmark_runs/liger_version=<v>/part-<batch>-<n>.parquet   one row per run
+benchmark_protocols/part-<batch>.parquet                    one row per protocol digest
+execution_environments/part-<batch>.parquet                 one row per environment digest
+workloads/part-<batch>.parquet, implementations/part-<batch>.parquet   descriptors
+documents/<table>/part-<batch>[-<n>].jsonl.zst              the same, as documents
+quarantine/rows/part-<batch>.parquet                        rows and files set aside
+_kindex/log/<seq>.json                                      commit records (the truth)
+_kindex/snapshot.json                                       every published file, by table
+_kindex/staging/<batch>/...                                 data not yet committed
+_kindex/reruns/<version>.json                               GPU re-run requests
+"""
+
+from __future__ import annotations
+
+RUNS = "benchmark_runs"
+PROTOCOLS = "benchmark_protocols"
+ENVIRONMENTS = "execution_environments"
+WORKLOADS = "workloads"
+IMPLEMENTATIONS = "implementations"
+QUARANTINE = "quarantine/rows"
+DOCUMENT_TABLES = (RUNS, PROTOCOLS, ENVIRONMENTS)
+TABLES = (RUNS, PROTOCOLS, ENVIRONMENTS, WORKLOADS, IMPLEMENTATIONS, QUARANTINE)
+
+CONTROL = "_kindex/"
+LOG = "_kindex/log/"
+SNAPSHOT = "_kindex/snapshot.json"
+STAGING = "_kindex/staging/"
+RERUNS = "_kindex/reruns/"
+
+
+def runs_key(batch: str, version: str, part: int) -> str:
+    return f"{RUNS}/release={version}/part-{batch}-{part:05d}.parquet"
+
+
+def table_key(table: str, batch: str) -> str:
+    return f"{table}/part-{batch}.parquet"
+
+
+def documents_key(table: str, batch: str, part: int | None = None) -> str:
+    suffix = f"-{part:05d}" if part is not None else ""
+    return f"documents/{table}/part-{batch}{suffix}.jsonl.zst"
+
+
+def log_key(seq: int) -> str:
+    return f"{LOG}{seq:012d}.json"
+
+
+def staging_key(batch: str, key: str) -> str:
+    return f"{STAGING}{batch}/{key}"
+
+
+def table_of(key: str) -> str:
+    if key.startswith("documents/"):
+        return "documents/" + key.split("/")[1]
+    for table in TABLES:
+        if key.startswith(table + "/"):
+            return table
+    raise ValueError(f"not a warehouse data key: {key}")

@@ -1,0 +1,135 @@
+"""Writers for one commit batch: Parquet per table, JSON lines compressed with zstd.
+
+Everything is written to a local work folder first, then staged into the warehouse as whole
+files (a rename on a local warehouse, a multipart upload on S3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import layout
+
+PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "write_statistics": True}
+_ZSTD = pa.Codec("zstd", compression_level=1)
+
+
+@dataclass
+class WrittenFile:
+    key: str
+    path: Path
+    rows: int
+
+
+@dataclass
+class ParquetTableWriter:
+    workdir: Path
+    key: str
+    schema: pa.Schema
+    rows: int = 0
+    _writer: pq.ParquetWriter | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.workdir / self.key
+
+    def write(self, table: pa.Table) -> None:
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._writer = pq.ParquetWriter(self.path, self.schema, **PARQUET_OPTIONS)
+        self._writer.write_table(table.cast(self.schema), row_group_size=1 << 20)
+        self.rows += table.num_rows
+
+    def close(self) -> WrittenFile | None:
+        if self._writer is None:
+            return None
+        self._writer.close()
+        return WrittenFile(self.key, self.path, self.rows)
+
+
+@dataclass
+class JsonLinesWriter:
+    """Each write() appends one zstd frame; concatenated frames are one valid zstd stream."""
+
+    workdir: Path
+    key: str
+    rows: int = 0
+    _fh: object | None = None
+
+    @property
+    def path(self) -> Path:
+        return self.workdir / self.key
+
+    def write_lines(self, lines: pa.Array) -> None:
+        """`lines` is a string array whose every value already ends in a newline."""
+        if len(lines) == 0:
+            return
+        lines = lines.combine_chunks() if isinstance(lines, pa.ChunkedArray) else lines
+        offsets = lines.buffers()[1]
+        data = lines.buffers()[2]
+        assert offsets is not None and data is not None
+        start, end = _offset(offsets, lines.offset), _offset(offsets, lines.offset + len(lines))
+        self._write(data.slice(start, end - start))
+        self.rows += len(lines)
+
+    def write_bytes(self, payload: bytes, rows: int) -> None:
+        self._write(pa.py_buffer(payload))
+        self.rows += rows
+
+    def _write(self, buffer: pa.Buffer) -> None:
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = self.path.open("wb")
+        self._fh.write(_ZSTD.compress(buffer, asbytes=False))  # type: ignore[attr-defined]
+
+    def close(self) -> WrittenFile | None:
+        if self._fh is None:
+            return None
+        self._fh.close()  # type: ignore[attr-defined]
+        return WrittenFile(self.key, self.path, self.rows)
+
+
+def _offset(offsets: pa.Buffer, index: int) -> int:
+    return int(np.frombuffer(offsets, dtype=np.int32, count=1, offset=index * 4)[0])
+
+
+@dataclass
+class RunsWriter:
+    """Runs partitioned by liger_version, one Parquet file per version per batch."""
+
+    workdir: Path
+    batch: str
+    schema: pa.Schema
+    _parts: dict[str, ParquetTableWriter] = field(default_factory=dict)
+    json: JsonLinesWriter | None = None
+
+    def __post_init__(self) -> None:
+        self.json = JsonLinesWriter(self.workdir, layout.documents_key(layout.RUNS, self.batch))
+
+    def write(self, runs: pa.Table, json_lines: pa.Array) -> None:
+        if runs.num_rows == 0:
+            return
+        versions = runs.column("liger_version")
+        unique = versions.unique().to_pylist()
+        for version in unique:
+            writer = self._parts.get(version)
+            if writer is None:
+                writer = ParquetTableWriter(
+                    self.workdir, layout.runs_key(self.batch, version, 0), self.schema
+                )
+                self._parts[version] = writer
+            writer.write(runs if len(unique) == 1 else runs.filter(pc.equal(versions, version)))
+        assert self.json is not None
+        self.json.write_lines(json_lines)
+
+    def close(self) -> list[WrittenFile]:
+        files = [w.close() for w in self._parts.values()]
+        assert self.json is not None
+        files.append(self.json.close())
+        return [f for f in files if f is not None]

@@ -1,0 +1,1 @@
+"""Normalize: upstream rows to kernelindex.dev documents (descriptors, columnar build, dedup)."""

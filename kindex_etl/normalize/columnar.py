@@ -1,0 +1,507 @@
+"""The columnar normalizer: Arrow record batches of upstream rows in, runs out.
+
+Per batch, everything row-wise is Arrow compute or numpy; Python runs once per *distinct*
+descriptor key (see descriptors.py). JSON documents are assembled as Arrow strings from
+pre-rendered per-descriptor fragments and per-row number columns, so a batch's JSON lines end up
+in one contiguous buffer that is written as is.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..catalog import Catalog
+from ..digest import canonical_json
+from .descriptors import KEY_COLUMNS, Descriptor, DescriptorKey, Rejected, resolve
+from .rows import NUMBER, TIMESTAMP, UPSTREAM_COLUMNS
+
+MIB = float(1 << 20)
+_SEP = "\x1f"
+_EPOCH_LIMIT = 1 << 32
+
+# Raw upstream columns are kept on quarantined rows so they can be replayed verbatim.
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("source_key", pa.string()),
+        ("source_etag", pa.string()),
+        ("source_row", pa.int64()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+        ("software", pa.string()),
+        *[(name, pa.string()) for name in UPSTREAM_COLUMNS],
+    ]
+)
+
+RUN_SCHEMA = pa.schema(
+    [
+        ("external_id", pa.string()),
+        ("series_id", pa.string()),
+        ("name", pa.string()),
+        ("title", pa.string()),
+        ("status", pa.string()),
+        ("metric", pa.string()),
+        ("observed_at", pa.timestamp("ms", tz="UTC")),
+        ("kernel", pa.string()),
+        ("operation_mode", pa.string()),
+        ("provider", pa.string()),
+        ("gpu_name", pa.string()),
+        ("gpu_slug", pa.string()),
+        ("gpu_architecture", pa.string()),
+        ("liger_version", pa.string()),
+        ("x_name", pa.string()),
+        ("x_label", pa.string()),
+        ("x_value", pa.string()),
+        ("workload_slug", pa.string()),
+        ("dtype", pa.string()),
+        ("config", pa.string()),
+        ("value_unit", pa.string()),
+        ("value_median", pa.int64()),
+        ("value_p20", pa.int64()),
+        ("value_p80", pa.int64()),
+        ("source_p50", pa.float64()),
+        ("source_p20", pa.float64()),
+        ("source_p80", pa.float64()),
+        ("protocol_digest", pa.string()),
+        ("workload_digest", pa.string()),
+        ("environment_digest", pa.string()),
+        ("implementation_digest", pa.string()),
+        ("workload_descriptor", pa.string()),
+        ("implementation_descriptor", pa.string()),
+        ("known_kernel", pa.bool_()),
+        ("source_key", pa.string()),
+        ("source_etag", pa.string()),
+        ("source_row", pa.int64()),
+    ]
+)
+
+# Per-descriptor columns of the runs table, in RUN_SCHEMA order.
+_DESCRIPTOR_FIELDS = (
+    "series_id", "title", "metric", "kernel", "operation_mode", "provider", "gpu_name",
+    "gpu_slug", "gpu_architecture", "liger_version", "x_name", "x_label", "x_value",
+    "workload_slug", "dtype", "config", "value_unit", "protocol_digest", "workload_digest",
+    "environment_digest", "implementation_digest", "workload_descriptor",
+    "implementation_descriptor", "known_kernel",
+)  # fmt: skip
+
+
+def _descriptor_row(d: Descriptor) -> dict[str, Any]:
+    k = d.key
+    return {
+        "series_id": d.series_id,
+        "title": d.title,
+        "metric": d.metric,
+        "kernel": k.kernel,
+        "operation_mode": k.mode or "unspecified",
+        "provider": k.provider,
+        "gpu_name": k.gpu_name,
+        "gpu_slug": d.gpu_slug,
+        "gpu_architecture": d.environment["spec"]["hardware"]["architecture"],
+        "liger_version": k.liger_version,
+        "x_name": k.x_name,
+        "x_label": k.x_label,
+        "x_value": k.x_value,
+        "workload_slug": d.workload_slug,
+        "dtype": d.dtype,
+        "config": k.config,
+        "value_unit": "ns" if d.metric == "speed" else "bytes",
+        "protocol_digest": d.protocol_digest,
+        "workload_digest": d.workload_digest,
+        "environment_digest": d.environment_digest,
+        "implementation_digest": d.implementation_digest,
+        "workload_descriptor": canonical_json(d.workload).decode(),
+        "implementation_descriptor": canonical_json(d.implementation).decode(),
+        "known_kernel": d.known_kernel,
+    }
+
+
+def _json_str(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _fragments(d: Descriptor) -> tuple[str, str, str, str]:
+    """The constant JSON text around a run's per-row values, keys in RFC 8785 order."""
+    labels = json.dumps(d.labels, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    head = (
+        '{"apiVersion":"kernelindex.dev/v1alpha1","kind":"BenchmarkRun","metadata":{"labels":'
+        f'{labels},"name":"'
+    )
+    middle = (
+        f'","title":{_json_str(d.title)}}},"spec":{{"environmentDigest":"{d.environment_digest}",'
+        f'"implementationDigest":"{d.implementation_digest}","measurements":['
+    )
+    series = _json_str(d.series_id)[:-1]  # open string, the timestamp slug closes it
+    source = (
+        f'","protocolDigest":"{d.protocol_digest}","sourceNative":{{"benchmark":'
+        f'{_json_str(d.benchmark)},"externalId":{series}/'
+    )
+    tail = f'"workloadDigest":"{d.workload_digest}"}}}}\n'
+    return head, middle, source, tail
+
+
+@dataclass
+class DescriptorTable:
+    """Descriptors resolved so far in this process, as columns that rows index into."""
+
+    catalog: Catalog
+    descriptors: list[Descriptor] = field(default_factory=list)
+    _by_key: dict[DescriptorKey, int | Rejected] = field(default_factory=dict)
+    _columns: dict[str, pa.Array] = field(default_factory=dict)
+    _size: int = -1
+
+    def lookup(self, key: DescriptorKey) -> int | Rejected:
+        found = self._by_key.get(key)
+        if found is None:
+            try:
+                self.descriptors.append(resolve(self.catalog, key))
+                found = len(self.descriptors) - 1
+            except Rejected as rejected:
+                found = rejected
+            self._by_key[key] = found
+        return found
+
+    def columns(self) -> dict[str, pa.Array]:
+        if self._size != len(self.descriptors):
+            rows = [_descriptor_row(d) for d in self.descriptors]
+            cols: dict[str, pa.Array] = {
+                name: pa.array([r[name] for r in rows], type=RUN_SCHEMA.field(name).type)
+                for name in _DESCRIPTOR_FIELDS
+            }
+            frags = [_fragments(d) for d in self.descriptors]
+            for i, part in enumerate(("frag_head", "frag_middle", "frag_source", "frag_tail")):
+                cols[part] = pa.array([f[i] for f in frags], type=pa.string())
+            cols["name_prefix"] = pa.array(
+                [d.name_prefix for d in self.descriptors], type=pa.string()
+            )
+            cols["is_speed"] = pa.array([d.metric == "speed" for d in self.descriptors])
+            self._columns, self._size = cols, len(self.descriptors)
+        return self._columns
+
+
+@dataclass
+class NormalizedBatch:
+    runs: pa.Table  # RUN_SCHEMA, one row per valid input row (dedup happens after)
+    json_lines: pa.StringArray  # one document per run, each ending in '\n'
+    quarantine: pa.Table  # QUARANTINE_SCHEMA
+    descriptor_ids: np.ndarray  # per valid row, index into DescriptorTable.descriptors
+    keys: np.ndarray  # per valid row: uint64 run key
+    fingerprints: np.ndarray  # per valid row
+    good: np.ndarray  # per valid row: its index in the input batch
+
+
+def quarantine_table(
+    batch: pa.RecordBatch,
+    idx: np.ndarray,
+    reasons: Sequence[str],
+    details: Sequence[str],
+    source_key: str,
+    source_etag: str,
+    lines: np.ndarray,
+    software: str,
+) -> pa.Table:
+    """Rows `idx` of `batch`, verbatim, with where they came from and why they are held back."""
+    n = len(idx)
+    cols: dict[str, Any] = {
+        "source_key": pa.array([source_key] * n, pa.string()),
+        "source_etag": pa.array([source_etag] * n, pa.string()),
+        "source_row": pa.array(lines[idx], pa.int64()),
+        "reason": pa.array(reasons, pa.string()),
+        "detail": pa.array(details, pa.string()),
+        "software": pa.array([software] * n, pa.string()),
+    }
+    taken = batch.take(pa.array(idx, pa.int64()))
+    for name in UPSTREAM_COLUMNS:
+        cols[name] = taken.column(name)
+    return pa.table(cols, schema=QUARANTINE_SCHEMA)
+
+
+def _splitmix(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        z = x + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def value_fingerprint(
+    p50: np.ndarray, p20: np.ndarray, p80: np.ndarray, ident: np.ndarray
+) -> np.ndarray:
+    """A 64-bit fingerprint of a run's values and of what produced them.
+
+    Two rows with the same run key are one measurement if their fingerprints agree; otherwise
+    they conflict and the later one is held back.
+    """
+    out = _splitmix(ident.astype(np.uint64))
+    for i, column in enumerate((p50, p20, p80)):
+        # Every failed point reads back as null from Parquet: treat all non-finite alike.
+        bits = np.where(np.isfinite(column), column, np.nan).astype(np.float64).view(np.uint64)
+        out ^= _splitmix(bits + np.uint64(i + 1))
+    return out
+
+
+def _ident_hash(d: Descriptor) -> int:
+    return int(d.implementation_digest[7:23], 16) ^ int(d.workload_digest[7:23], 16)
+
+
+class ColumnarNormalizer:
+    """Turns upstream record batches into runs; holds the per-process descriptor caches."""
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.table = DescriptorTable(catalog)
+        self.series: dict[str, int] = {}
+        self._series_of: list[int] = []
+        self._ident_of: list[int] = []
+
+    def series_index(self, series_id: str) -> int:
+        return self.series.setdefault(series_id, len(self.series))
+
+    def keys_of_stored(self, runs: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """Run keys and fingerprints of runs already in the warehouse (see RunIndex)."""
+        series = runs.column("series_id").combine_chunks().dictionary_encode()
+        ids = np.asarray(
+            [self.series_index(s) for s in series.dictionary.to_pylist()], dtype=np.uint64
+        )
+        local = ids[series.indices.to_numpy(zero_copy_only=False)]
+        seconds = pc.cast(
+            pc.cast(runs.column("observed_at"), pa.timestamp("s", tz="UTC")), pa.int64()
+        )
+        keys = (local << np.uint64(32)) | seconds.to_numpy().astype(np.uint64)
+        idents = (
+            pc.binary_join_element_wise(
+                runs.column("implementation_digest"), runs.column("workload_digest"), "|"
+            )
+            .combine_chunks()
+            .dictionary_encode()
+        )
+        ident_ids = np.asarray(
+            [
+                int(t[7:23], 16) ^ int(t.split("|")[1][7:23], 16)
+                for t in idents.dictionary.to_pylist()
+            ],
+            dtype=np.uint64,
+        )
+        ident = ident_ids[idents.indices.to_numpy(zero_copy_only=False)]
+        values = [
+            pc.fill_null(runs.column(c), float("nan")).to_numpy()
+            for c in ("source_p50", "source_p20", "source_p80")
+        ]
+        return keys, value_fingerprint(*values, ident)
+
+    def _descriptor_ids(
+        self, batch: pa.RecordBatch, software: str
+    ) -> tuple[np.ndarray, list[str | None], list[str | None]]:
+        joined = pc.binary_join_element_wise(*[batch.column(name) for name in KEY_COLUMNS], _SEP)
+        encoded = joined.dictionary_encode()
+        indices = encoded.indices.to_numpy(zero_copy_only=False)
+        local_ids = np.empty(len(encoded.dictionary), dtype=np.int64)
+        reasons: list[str | None] = []
+        details: list[str | None] = []
+        for i, text in enumerate(encoded.dictionary.to_pylist()):
+            parts = text.split(_SEP)
+            key = DescriptorKey(
+                kernel=parts[0], mode=parts[1], provider=parts[2], metric=parts[3],
+                unit=parts[4], x_name=parts[5], x_label=parts[6], x_value=parts[7],
+                config=parts[8], gpu_name=parts[9], liger_version=parts[10], software=software,
+            )  # fmt: skip
+            found = self.table.lookup(key)
+            if isinstance(found, Rejected):
+                local_ids[i] = -1 - len(reasons)
+                reasons.append(found.reason)
+                details.append(found.detail)
+            else:
+                local_ids[i] = found
+                while len(self._series_of) <= found:
+                    d = self.table.descriptors[len(self._series_of)]
+                    self._series_of.append(self.series_index(d.series_id))
+                    self._ident_of.append(_ident_hash(d))
+        return local_ids[indices], reasons, details
+
+    def normalize(
+        self,
+        batch: pa.RecordBatch,
+        *,
+        source_key: str,
+        source_etag: str,
+        lines: np.ndarray,
+        software: str = "",
+    ) -> NormalizedBatch:
+        n = batch.num_rows
+        gids, reject_reasons, reject_details = self._descriptor_ids(batch, software)
+        reason: list[str | None] = [None] * n
+        detail: list[str | None] = [None] * n
+        bad = gids < 0
+        for i in np.flatnonzero(bad):
+            reason[i] = reject_reasons[-1 - gids[i]]
+            detail[i] = reject_details[-1 - gids[i]]
+
+        ts = batch.column("timestamp")
+        seconds = pc.strptime(ts, format="%Y-%m-%d %H:%M:%S", unit="s", error_is_null=True)
+        ts_ok = pc.and_(pc.match_substring_regex(ts, TIMESTAMP.pattern), pc.is_valid(seconds))
+        epoch = pc.fill_null(pc.cast(seconds, pa.int64()), -1).to_numpy()
+        ts_bad = ~pc.fill_null(ts_ok, False).to_numpy(zero_copy_only=False)
+        ts_bad |= (epoch < 0) | (epoch >= _EPOCH_LIMIT)
+        for i in np.flatnonzero(ts_bad & ~bad):
+            reason[i] = "bad_timestamp"
+            detail[i] = f"timestamp {ts[i].as_py()!r} is not 'YYYY-MM-DD HH:MM:SS' (UTC)"
+        bad |= ts_bad
+
+        values: dict[str, np.ndarray] = {}
+        for q in ("50", "20", "80"):
+            column = batch.column(f"y_value_{q}")
+            ok = pc.match_substring_regex(column, NUMBER.pattern).to_numpy(zero_copy_only=False)
+            for i in np.flatnonzero(~ok & ~bad):
+                reason[i] = "bad_value"
+                detail[i] = f"y_value_{q} {column[i].as_py()!r} is not a number"
+            bad |= ~ok
+            cleaned = pc.if_else(pa.array(ok), pc.utf8_trim_whitespace(column), "nan")
+            values[q] = pc.cast(cleaned, pa.float64()).to_numpy()
+
+        good = np.flatnonzero(~bad)
+        gid = gids[good]
+        series = (
+            np.asarray(self._series_of, dtype=np.uint64)[gid]
+            if len(gid)
+            else np.empty(0, np.uint64)
+        )
+        keys = (series << np.uint64(32)) | epoch[good].astype(np.uint64)
+        ident = (
+            np.asarray(self._ident_of, dtype=np.uint64)[gid] if len(gid) else np.empty(0, np.uint64)
+        )
+        fps = value_fingerprint(values["50"][good], values["20"][good], values["80"][good], ident)
+
+        bad_idx = np.flatnonzero(bad)
+        quarantine = quarantine_table(
+            batch, bad_idx, [reason[i] or "" for i in bad_idx], [detail[i] or "" for i in bad_idx],
+            source_key, source_etag, lines, software,
+        )  # fmt: skip
+        return self._build(
+            batch, good, gid, keys, fps, values, quarantine, source_key, source_etag, lines
+        )
+
+    def _build(
+        self,
+        batch: pa.RecordBatch,
+        good: np.ndarray,
+        gid: np.ndarray,
+        keys: np.ndarray,
+        fps: np.ndarray,
+        values: dict[str, np.ndarray],
+        quarantine: pa.Table,
+        source_key: str,
+        source_etag: str,
+        lines: np.ndarray,
+    ) -> NormalizedBatch:
+        cols = self.table.columns()
+        take = pa.array(gid, pa.int64())
+        ts = batch.column("timestamp").take(pa.array(good))
+        n = len(good)
+        is_speed = cols["is_speed"].take(take)
+        scale = pc.if_else(is_speed, 1e6, MIB)
+        raw = {q: pa.array(values[q][good], pa.float64()) for q in values}
+        finite = {q: pc.is_finite(raw[q]) for q in raw}
+        scaled = {
+            q: pc.if_else(finite[q], pc.cast(pc.round(pc.multiply(raw[q], scale)), pa.int64(),
+                                               safe=False), None)
+            for q in raw
+        }  # fmt: skip
+        all_finite = pc.and_(pc.and_(finite["50"], finite["20"]), finite["80"])
+        status = pc.if_else(all_finite, "passed", "failed")
+        ts_slug = pc.replace_substring(pc.replace_substring(ts, " ", "-"), ":", "-")
+        observed = pc.binary_join_element_wise(
+            pc.replace_substring(ts, " ", "T"), pa.scalar(".000Z"), ""
+        )
+        names = pc.utf8_rtrim(
+            pc.utf8_slice_codeunits(
+                pc.binary_join_element_wise(cols["name_prefix"].take(take), ts_slug, "-"), 0, 100
+            ),
+            characters="-",
+        )
+        external = pc.binary_join_element_wise(cols["series_id"].take(take), ts_slug, "/")
+
+        # JSON: measurements, memory/timing blocks and metrics, each a string column.
+        metric_word = pc.if_else(
+            is_speed, '{"metric":"latency","statistic":"', '{"metric":"peak_memory","statistic":"'
+        )
+        unit_word = pc.if_else(is_speed, '","unit":"ns","value":', '","unit":"bytes","value":')
+
+        def measurement(q: str) -> pa.Array:
+            return pc.binary_join_element_wise(
+                metric_word, pa.scalar(f"p{q}"), unit_word,
+                pc.cast(scaled[q], pa.string()), pa.scalar("}"), "",
+            )  # fmt: skip
+
+        measurements = pc.binary_join_element_wise(
+            measurement("20"), measurement("80"), ",", null_handling="skip"
+        )
+        median = pc.cast(scaled["50"], pa.string())
+        memory_block = pc.fill_null(
+            pc.if_else(
+                is_speed, "",
+                pc.binary_join_element_wise(
+                    pa.scalar('"memory":{"peakBytes":{"median":'), median,
+                    pa.scalar('},"primaryStatistic":"median"},'), ""),
+            ), "",
+        )  # fmt: skip
+        timing_block = pc.fill_null(
+            pc.if_else(
+                is_speed,
+                pc.binary_join_element_wise(
+                    pa.scalar('"timing":{"latencyNs":{"median":'), median,
+                    pa.scalar('},"primaryStatistic":"median"},'), ""),
+                "",
+            ), "",
+        )  # fmt: skip
+        prefix = pc.if_else(is_speed, '"ms_', '"mb_')
+        metric_parts = []
+        for q in ("20", "50", "80"):
+            number = pc.fill_null(pc.if_else(finite[q], pc.cast(raw[q], pa.string()), None), "null")
+            metric_parts.append(
+                pc.binary_join_element_wise(prefix, pa.scalar(f'{q}":'), number, "")
+            )
+        metrics = pc.binary_join_element_wise(*metric_parts, ",")
+        json_lines = pc.binary_join_element_wise(
+            cols["frag_head"].take(take), names, cols["frag_middle"].take(take), measurements,
+            pa.scalar("],"), memory_block, pa.scalar('"observedAt":"'), observed,
+            cols["frag_source"].take(take), ts_slug, pa.scalar('","metrics":{'), metrics,
+            pa.scalar('},"source":"liger-kernel-bench"},"status":"'), status, pa.scalar('",'),
+            timing_block, cols["frag_tail"].take(take), "",
+        )  # fmt: skip
+
+        table_cols: dict[str, Any] = {}
+        for f in RUN_SCHEMA:
+            if f.name in cols:
+                table_cols[f.name] = cols[f.name].take(take)
+        observed_at = pc.cast(
+            pc.strptime(ts, format="%Y-%m-%d %H:%M:%S", unit="ms"), pa.timestamp("ms", tz="UTC")
+        )
+        table_cols.update(
+            external_id=external,
+            name=names,
+            status=status,
+            observed_at=observed_at,
+            value_median=scaled["50"],
+            value_p20=scaled["20"],
+            value_p80=scaled["80"],
+            source_p50=pc.if_else(finite["50"], raw["50"], None),
+            source_p20=pc.if_else(finite["20"], raw["20"], None),
+            source_p80=pc.if_else(finite["80"], raw["80"], None),
+            source_key=pa.array([source_key] * n, pa.string()),
+            source_etag=pa.array([source_etag] * n, pa.string()),
+            source_row=pa.array(lines[good], pa.int64()),
+        )
+        runs = pa.table([table_cols[f.name] for f in RUN_SCHEMA], schema=RUN_SCHEMA)
+        return NormalizedBatch(
+            runs=runs,
+            json_lines=json_lines,
+            quarantine=quarantine,
+            descriptor_ids=gid,
+            keys=keys,
+            fingerprints=fps,
+            good=good,
+        )

@@ -1,0 +1,76 @@
+"""Run identity across rows, objects and ingests, in a few bytes per run.
+
+A run key is (series, observed second): the series id is interned to a process-local integer,
+so a key is one uint64 and a million runs cost 16 MB (key plus value fingerprint), whatever
+the width of their externalIds. Keys are exact; only the value comparison is a fingerprint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+_MERGE_AT = 8
+
+
+@dataclass
+class DedupResult:
+    keep: np.ndarray  # bool per input: a new run
+    duplicate: np.ndarray  # bool: the same measurement was already seen
+    conflict: np.ndarray  # bool: same run key, different values or origin
+
+
+class RunIndex:
+    def __init__(self) -> None:
+        self._chunks: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def __len__(self) -> int:
+        return sum(len(k) for k, _ in self._chunks)
+
+    def _lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        found = np.zeros(len(keys), dtype=bool)
+        fps = np.zeros(len(keys), dtype=np.uint64)
+        for chunk_keys, chunk_fps in self._chunks:
+            pos = np.searchsorted(chunk_keys, keys)
+            pos_clipped = np.minimum(pos, len(chunk_keys) - 1)
+            hit = (pos < len(chunk_keys)) & (chunk_keys[pos_clipped] == keys) & ~found
+            fps[hit] = chunk_fps[pos_clipped[hit]]
+            found |= hit
+        return found, fps
+
+    def add(self, keys: np.ndarray, fps: np.ndarray) -> None:
+        if not len(keys):
+            return
+        order = np.argsort(keys, kind="stable")
+        self._chunks.append((keys[order], fps[order]))
+        if len(self._chunks) >= _MERGE_AT:
+            all_keys = np.concatenate([k for k, _ in self._chunks])
+            all_fps = np.concatenate([f for _, f in self._chunks])
+            order = np.argsort(all_keys, kind="stable")
+            self._chunks = [(all_keys[order], all_fps[order])]
+
+    def classify(self, keys: np.ndarray, fps: np.ndarray) -> DedupResult:
+        """Split a batch into new runs, duplicates and conflicts, then remember the new ones.
+
+        Within the batch the first occurrence of a key wins, as it would across batches.
+        """
+        n = len(keys)
+        seen, seen_fps = self._lookup(keys)
+        _, first = np.unique(keys, return_index=True)
+        is_first = np.zeros(n, dtype=bool)
+        is_first[first] = True
+        # A repeat inside the batch compares with that batch's first occurrence.
+        order = np.argsort(keys, kind="stable")
+        sorted_keys = keys[order]
+        group_start = np.r_[True, sorted_keys[1:] != sorted_keys[:-1]] if n else np.empty(0, bool)
+        first_pos = np.maximum.accumulate(np.where(group_start, np.arange(n), 0)) if n else order
+        ref_fps = np.empty(n, dtype=np.uint64)
+        ref_fps[order] = fps[order][first_pos]
+        ref_fps = np.where(seen, seen_fps, ref_fps)
+        keep = is_first & ~seen
+        same = fps == ref_fps
+        duplicate = ~keep & same
+        conflict = ~keep & ~same
+        self.add(keys[keep], fps[keep])
+        return DedupResult(keep=keep, duplicate=duplicate, conflict=conflict)

@@ -1,0 +1,193 @@
+"""Local-folder object store: the embedded default, no server, no credentials."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO
+
+from .base import NotFound, ObjectInfo, PreconditionFailed, StorageError, check_key
+
+
+def _etag(stat: os.stat_result) -> str:
+    # Size plus mtime stands in for S3's ETag: hashing a 1 GB CSV just to learn it is unchanged
+    # would cost more than the rest of an incremental run.
+    return f"{stat.st_size:x}-{stat.st_mtime_ns:x}"
+
+
+class LocalStore:
+    def __init__(self, root: str | Path, *, create: bool = False) -> None:
+        self.root = Path(root).resolve()
+        if create:
+            try:
+                self.root.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StorageError(f"cannot create {self.root}: {exc.strerror}") from None
+        if not self.root.is_dir():
+            raise StorageError(f"not a directory: {self.root}")
+        self.url = str(self.root)
+
+    def _path(self, key: str) -> Path:
+        path = (self.root / check_key(key)).resolve()
+        if self.root not in path.parents:
+            raise ValueError(f"unsafe object key: {key!r}")
+        return path
+
+    def _info(self, key: str, path: Path) -> ObjectInfo:
+        stat = path.stat()
+        return ObjectInfo(
+            key=key,
+            size=stat.st_size,
+            etag=_etag(stat),
+            last_modified=datetime.fromtimestamp(stat.st_mtime, tz=UTC),
+        )
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        keys: list[tuple[str, Path]] = []
+        # Walk only the folder the prefix names: listing `_kindex/log/` must not walk the data.
+        if "/" in prefix:
+            start = self._path(prefix.rsplit("/", 1)[0])
+        else:
+            start = self.root
+        for dirpath, dirnames, filenames in os.walk(start):
+            dirnames.sort()
+            for name in filenames:
+                if name.startswith(".kindex-tmp-") or name.endswith(".kindex-lock"):
+                    continue
+                path = Path(dirpath) / name
+                key = path.relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    keys.append((key, path))
+        for key, path in sorted(keys):
+            with contextlib.suppress(FileNotFoundError):
+                yield self._info(key, path)
+
+    def head(self, key: str) -> ObjectInfo | None:
+        path = self._path(key)
+        try:
+            return self._info(key, path) if path.is_file() else None
+        except FileNotFoundError:
+            return None
+
+    def open_read(self, key: str) -> BinaryIO:
+        try:
+            return self._path(key).open("rb")
+        except FileNotFoundError:
+            raise NotFound(key) from None
+
+    def get_bytes(self, key: str) -> bytes:
+        with self.open_read(key) as fh:
+            return fh.read()
+
+    def _tmp_beside(self, path: Path) -> Path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=".kindex-tmp-", dir=path.parent)
+        os.close(fd)
+        return Path(name)
+
+    def put_bytes(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        if_none_match: bool = False,
+        if_match: str | None = None,
+    ) -> str:
+        path = self._path(key)
+        tmp = self._tmp_beside(path)
+        try:
+            tmp.write_bytes(data)
+            if if_none_match:
+                # link() fails if the name exists: an atomic create-if-absent on POSIX.
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    raise PreconditionFailed(key) from None
+            elif if_match is not None:
+                # Local folders serve one machine; a lock file makes compare-and-swap atomic
+                # between processes there.
+                with _exclusive(path.with_name(path.name + ".kindex-lock")):
+                    current = self.head(key)
+                    if current is None or current.etag != if_match:
+                        raise PreconditionFailed(key)
+                    os.replace(tmp, path)
+            else:
+                os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        info = self.head(key)
+        assert info is not None
+        return info.etag
+
+    def put_file(self, key: str, path: Path) -> str:
+        dest = self._path(key)
+        tmp = self._tmp_beside(dest)
+        try:
+            shutil.copyfile(path, tmp)
+            os.replace(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+        info = self.head(key)
+        assert info is not None
+        return info.etag
+
+    def move_file(self, key: str, path: Path) -> str:
+        """Like put_file, but takes the file over (a rename when on the same filesystem)."""
+        dest = self._path(key)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.replace(path, dest)
+        except OSError:
+            return self.put_file(key, path)
+        info = self.head(key)
+        assert info is not None
+        return info.etag
+
+    def copy(self, src_key: str, dst_key: str) -> None:
+        src, dst = self._path(src_key), self._path(dst_key)
+        if not src.exists():
+            raise NotFound(src_key)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        path.unlink(missing_ok=True)
+        # Keep the tree tidy: empty staging folders would otherwise pile up.
+        parent = path.parent
+        while parent != self.root:
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+            parent = parent.parent
+
+    def local_path(self, key: str) -> Path | None:
+        return self._path(key)
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    import fcntl
+
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
