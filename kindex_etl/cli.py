@@ -73,6 +73,37 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from kindex_etl.storage import StorageError
+
+    _quiet_prefect()
+    from flows.backfill import backfill_flow
+
+    try:
+        state = backfill_flow(
+            upstream=args.upstream, warehouse=args.warehouse, prefix=args.prefix,
+            from_commit=args.from_commit, to_commit=args.to_commit,
+            min_version=args.min_version, max_version=args.max_version,
+            since=args.since, until=args.until, dry_run=args.dry_run, trigger=args.trigger,
+            objects_per_batch=args.objects_per_batch, return_state=True,
+        )  # fmt: skip
+        summary = state.result()
+    except (StorageError, ValueError, OSError) as exc:
+        return _fail(str(exc))
+    if args.dry_run:
+        objects = summary["objects"]
+        human = "\n".join(
+            [f"{o['key']}  etag={o['etag']}  size={o['size']}" + (f"  ({o['detail']})" if o["detail"] else "")
+             for o in objects]
+            + [f"dry run: {len(objects)} object(s), {sum(o['size'] for o in objects)} bytes "
+               "would be re-ingested; nothing was changed"]
+        )  # fmt: skip
+    else:
+        human = _human_summary(summary)
+    _emit(summary, args.json, human)
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     from kindex_etl.catalog import load_catalog
     from kindex_etl.replay import replay
@@ -131,6 +162,43 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args.workdir, offline=args.offline)
 
 
+def cmd_reruns(args: argparse.Namespace) -> int:
+    from kindex_etl.pipeline import open_warehouse
+    from kindex_etl.storage import StorageError
+    from kindex_etl.trigger import list_reruns, request_rerun
+
+    try:
+        warehouse = open_warehouse(args.warehouse)
+        if args.request:
+            _quiet_prefect()
+            made = request_rerun(
+                warehouse, args.request, reason="requested by hand", upstream=args.upstream
+            )
+            if made is None:
+                print(f"a re-run of {args.request} was already requested", file=sys.stderr)
+        records = list_reruns(warehouse.store)
+    except (StorageError, ValueError, OSError) as exc:
+        return _fail(str(exc))
+    if args.json:
+        print(json.dumps({"reruns": records}, sort_keys=True))
+        return 0
+    for r in records:
+        run = f" flow run {r['flowRunId']}" if r.get("flowRunId") else ""
+        print(f"{r.get('version')}: {r.get('state')} (requested {r.get('requestedAt')}){run}")
+        if r.get("error"):
+            print(f"  error: {r['error']}")
+        if r.get("state") in ("manual", "requested", "failed-to-start", "failed"):
+            print(f"  run it with: {r.get('howToRun')}")
+    print(f"{len(records)} re-run request(s)")
+    return 0
+
+
+def cmd_rerun(args: argparse.Namespace) -> int:
+    from kindex_etl.rerun.command import run_from_args
+
+    return run_from_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kindex-etl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -145,6 +213,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
     p.set_defaults(func=cmd_ingest)
 
+    p = sub.add_parser("backfill", help="re-ingest selected upstream objects (manual backfill)")
+    p.add_argument("--upstream", default=None, help="directory or s3://... (KINDEX_UPSTREAM)")
+    p.add_argument("--warehouse", default=None, help="directory or s3://... (KINDEX_WAREHOUSE)")
+    p.add_argument("--prefix", default="", help="only objects under this key prefix")
+    p.add_argument("--from-commit", default=None,
+                   help="first commit of benchmarks/commits.txt to take (included)")  # fmt: skip
+    p.add_argument("--to-commit", default=None, help="last commit to take (included)")
+    p.add_argument("--min-version", default=None,
+                   help="only release folders <sha>-<tag> whose tag is >= this version")  # fmt: skip
+    p.add_argument("--max-version", default=None, help="... and <= this version")
+    p.add_argument("--since", default=None,
+                   help="objects last modified at or after this ISO time (UTC if no zone)")  # fmt: skip
+    p.add_argument("--until", default=None, help="objects last modified before this ISO time")
+    p.add_argument("--objects-per-batch", type=int, default=32,
+                   help="objects per commit batch (progress is reported per batch)")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the objects (key, etag, size) that would be re-ingested; change nothing")  # fmt: skip
+    p.add_argument("--trigger", action="store_true",
+                   help="request GPU re-runs for versions new to the warehouse (off by default)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
+    p.set_defaults(func=cmd_backfill)
+
     p = sub.add_parser("replay", help="replay held-back rows (after a catalog update)")
     p.add_argument("--warehouse", required=True)
     p.add_argument("--catalog-dir", default=None, help="directory with gpus.json/kernels.json")
@@ -155,6 +245,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warehouse", required=True)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_quarantine)
+
+    p = sub.add_parser("reruns", help="list GPU re-run requests and their state")
+    p.add_argument("--warehouse", required=True)
+    p.add_argument("--request", metavar="VERSION", default=None,
+                   help="request a re-run of this version by hand (exactly once)")  # fmt: skip
+    p.add_argument("--upstream", default=None, help="where that re-run uploads (with --request)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_reruns)
+
+    from kindex_etl.rerun.command import add_arguments as add_rerun_arguments
+
+    p = sub.add_parser("rerun", help="run a liger-kernel release's benchmarks on this GPU")
+    add_rerun_arguments(p)
+    p.set_defaults(func=cmd_rerun)
 
     p = sub.add_parser("schema", help="export the JSON Schema of each document kind")
     p.add_argument("--out", default=None)

@@ -31,7 +31,12 @@ from .load import layout
 from .load.commit import Warehouse, fault_point
 from .load.descriptor_tables import descriptor_tables
 from .load.writers import ParquetTableWriter, RunsWriter, WrittenFile
-from .normalize.columnar import QUARANTINE_SCHEMA, RUN_SCHEMA, ColumnarNormalizer, quarantine_table
+from .normalize.columnar import (
+    QUARANTINE_SCHEMA,
+    RUN_WRITE_SCHEMA,
+    ColumnarNormalizer,
+    quarantine_table,
+)
 from .normalize.dedup import RunIndex
 from .normalize.rows import UPSTREAM_COLUMNS
 from .storage import ObjectStore, PreconditionFailed, StorageError, open_store
@@ -49,6 +54,7 @@ class ObjectReport:
     key: str
     etag: str
     rows: int = 0
+    size: int = 0
     runs: int = 0
     duplicates: int = 0
     quarantined: int = 0
@@ -83,14 +89,22 @@ class IngestSummary:
         return out
 
 
+def _default_orphan_grace() -> timedelta:
+    """KINDEX_ORPHAN_GRACE_S (Settings.orphan_grace_s, default 1 h)."""
+    from .config import settings
+
+    return timedelta(seconds=settings().orphan_grace_s)
+
+
 @dataclass
 class IngestOptions:
     backfill: bool = False
-    trigger: bool = True
+    trigger: bool = True  # request GPU re-runs for new versions (the ingest flow: not on backfill)
     prefix: str = ""
     include: Callable[[Any], bool] | None = None
+    max_objects_per_commit: int = MAX_OBJECTS_PER_COMMIT
     catalog: Catalog | None = None
-    orphan_grace: timedelta = timedelta(hours=1)
+    orphan_grace: timedelta = field(default_factory=_default_orphan_grace)
     dry_run: bool = False
 
 
@@ -196,7 +210,7 @@ class Ingestor:
         self._rebuild_index()
         batch = _batch_id(self.warehouse.head, sources, salt)
         workdir = Path(tempfile.mkdtemp(prefix=f"kindex-{batch}-"))
-        runs_writer = RunsWriter(workdir, batch, RUN_SCHEMA)
+        runs_writer = RunsWriter(workdir, batch, RUN_WRITE_SCHEMA)
         quarantine_writer = ParquetTableWriter(
             workdir, layout.table_key(layout.QUARANTINE, batch), QUARANTINE_SCHEMA
         )
@@ -215,6 +229,7 @@ class Ingestor:
                 report = ObjectReport(
                     key=source.key,
                     etag=source.etag,
+                    size=source.size,
                     status="replayed" if source.replay else "ingested",
                 )
                 reports.append(report)
@@ -336,7 +351,7 @@ class Ingestor:
         lines = nb.json_lines.filter(keep)
         kept_ids = nb.descriptor_ids[result.keep]
         descriptor_ids.update(np.unique(kept_ids).tolist())
-        versions.update(pc.unique(runs.column("liger_version")).to_pylist())
+        versions.update(pc.unique(runs.column("liger_version").cast(pa.string())).to_pylist())
         report.runs += runs.num_rows
         report.duplicates += int(result.duplicate.sum())
         report.quarantined += q.num_rows
@@ -383,13 +398,13 @@ def _malformed(source: Source, rb: RowBatch) -> pa.Table:
     )  # fmt: skip
 
 
-def _chunks(candidates: list[Candidate]) -> Iterator[list[Candidate]]:
+def _chunks(
+    candidates: list[Candidate], max_objects: int = MAX_OBJECTS_PER_COMMIT
+) -> Iterator[list[Candidate]]:
     chunk: list[Candidate] = []
     size = 0
     for c in candidates:
-        if chunk and (
-            len(chunk) >= MAX_OBJECTS_PER_COMMIT or size + c.info.size > MAX_BYTES_PER_COMMIT
-        ):
+        if chunk and (len(chunk) >= max_objects or size + c.info.size > MAX_BYTES_PER_COMMIT):
             yield chunk
             chunk, size = [], 0
         chunk.append(c)
@@ -480,6 +495,11 @@ class IngestRun:
         self._versions_before: set[str] = set()
 
     def recover(self) -> dict[str, int]:
+        if self.options.dry_run:
+            # A dry run changes nothing: read the log, roll nothing forward, remove nothing.
+            self.warehouse.refresh()
+            self._versions_before = self.ingestor.existing_versions()
+            return self.summary.recovered
         self.summary.recovered = self.warehouse.recover(self.options.orphan_grace)
         self._versions_before = self.ingestor.existing_versions()
         return self.summary.recovered
@@ -498,10 +518,11 @@ class IngestRun:
         )
         if self.options.dry_run:
             self.summary.objects = [
-                ObjectReport(key=c.key, etag=c.info.etag, rows=0, status="would-ingest")
+                ObjectReport(key=c.key, etag=c.info.etag, size=c.info.size, status="would-ingest")
                 for c in todo
             ]
-        return [[c.key for c in chunk] for chunk in _chunks(todo)]
+        chunks = _chunks(todo, max(1, self.options.max_objects_per_commit))
+        return [[c.key for c in chunk] for chunk in chunks]
 
     def ingest_chunk(self, keys: list[str]) -> None:
         chunk = [self._candidates[k] for k in keys]
@@ -522,11 +543,11 @@ class IngestRun:
             s.objects_skipped = s.objects_seen - len(s.objects)
         new = self.ingestor.existing_versions() - self._versions_before
         s.new_versions = sorted(new, key=_version_order)
-        if self.options.trigger and not self.options.backfill and s.new_versions:
+        if self.options.trigger and not self.options.dry_run and s.new_versions:
             from .trigger import on_new_versions
 
             s.reruns_triggered = on_new_versions(
-                self.warehouse, self._versions_before, s.new_versions
+                self.warehouse, self._versions_before, s.new_versions, upstream=self.upstream.url
             )
         s.elapsed_s = round(time.perf_counter() - self._started, 3)
         return s

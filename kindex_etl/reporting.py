@@ -9,8 +9,9 @@ from .pipeline import IngestSummary
 
 def object_rows(summary: IngestSummary) -> list[dict[str, Any]]:
     return [
-        {"object": r.key, "etag": r.etag, "status": r.status, "rows": r.rows, "runs": r.runs,
-         "duplicates": r.duplicates, "quarantined": r.quarantined}
+        {"object": r.key, "etag": r.etag, "size": r.size, "status": r.status, "rows": r.rows,
+         "runs": r.runs, "duplicates": r.duplicates, "quarantined": r.quarantined,
+         "detail": r.detail}
         for r in summary.objects
     ]  # fmt: skip
 
@@ -29,6 +30,13 @@ def markdown_summary(summary: IngestSummary, *, label: str) -> str:
         f"- new liger versions: {', '.join(summary.new_versions) or 'none'}",
         "",
     ]
+    planned = [r for r in summary.objects if r.status == "would-ingest"]
+    if planned:
+        lines[1:1] = [
+            "",
+            f"**Dry run**: nothing was changed; {len(planned)} object(s), "
+            f"{sum(r.size for r in planned)} bytes would be ingested (see the objects table).",
+        ]
     if summary.quarantined_by_reason:
         lines += ["## Quarantined rows by reason", "", "| reason | rows |", "| --- | --- |"]
         lines += [f"| {k} | {v} |" for k, v in sorted(summary.quarantined_by_reason.items())]
@@ -48,13 +56,14 @@ def publish_artifacts(summary: IngestSummary, *, label: str) -> None:
     """A table artifact (per object) and a markdown summary on the current flow run."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-    rows = object_rows(summary)
-    if rows:
-        create_table_artifact(
-            key=f"kindex-{label}-objects", table=rows, description="Per upstream object"
-        )
+    # Always both, so every run's page shows them (an empty table: no object was new).
+    create_table_artifact(
+        key=f"kindex-{label}-objects",
+        table=object_rows(summary),
+        description=f"kindex-etl {label}: per upstream object",
+    )
     create_markdown_artifact(
         key=f"kindex-{label}-summary",
         markdown=markdown_summary(summary, label=label),
-        description="Ingest summary",
+        description=f"kindex-etl {label} summary",
     )

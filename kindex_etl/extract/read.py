@@ -12,7 +12,7 @@ import pyarrow.csv as pcsv
 from ..normalize.rows import UPSTREAM_COLUMNS
 from ..storage import ObjectStore
 
-BLOCK_SIZE = 16 << 20
+BLOCK_SIZE = 8 << 20
 
 
 class BadFile(Exception):
@@ -69,7 +69,7 @@ def read_batches(
                     include_columns=list(UPSTREAM_COLUMNS),
                 ),
             )
-        except pa.ArrowInvalid as exc:
+        except (pa.ArrowInvalid, pa.ArrowKeyError) as exc:
             raise _bad_file(exc) from None
         next_line = 2
         while True:
@@ -77,7 +77,7 @@ def read_batches(
                 batch = reader.read_next_batch()
             except StopIteration:
                 break
-            except pa.ArrowInvalid as exc:
+            except (pa.ArrowInvalid, pa.ArrowKeyError) as exc:
                 raise _bad_file(exc) from None
             bad = sorted(m.line for m in malformed)
             lines = _line_numbers(next_line, batch.num_rows, bad)
@@ -102,7 +102,7 @@ def _line_numbers(start: int, count: int, skipped: list[int]) -> np.ndarray:
     return span[~np.isin(span, np.asarray(skipped, dtype=np.int64))][:count]
 
 
-def _bad_file(exc: pa.ArrowInvalid) -> BadFile:
+def _bad_file(exc: Exception) -> BadFile:
     text = str(exc)
     if "include_columns" in text or "No column named" in text or "Column" in text:
         return BadFile("bad_header", f"not an upstream benchmark CSV: {text}")

@@ -98,16 +98,18 @@ class Warehouse:
         return pa.concat_tables(parts, promote_options="permissive")
 
     def _read_parquet(self, batch: str, key: str, columns: list[str] | None) -> pa.Table:
-        for candidate in (key, layout.staging_key(batch, key)):
+        # Final key, staging, then the final key again: a publish running elsewhere copies
+        # before it deletes, so a file missing from both of the first two looks has landed at
+        # its final key by the third. On S3 the whole file is read into memory: fine for the
+        # small per-batch files the warehouse holds, not meant for multi-GB tables.
+        for candidate in (key, layout.staging_key(batch, key), key):
             path = self.store.local_path(candidate)
-            if path is not None:
-                if path.exists():
-                    return pq.read_table(path, columns=columns)
-                continue
             try:
+                if path is not None:
+                    return pq.read_table(path, columns=columns)
                 with self.store.open_read(candidate) as fh:
                     return pq.read_table(pa.py_buffer(fh.read()), columns=columns)
-            except NotFound:
+            except (NotFound, FileNotFoundError):
                 continue
         raise NotFound(key)
 
@@ -138,19 +140,46 @@ class Warehouse:
         for i, f in enumerate(record.get("files", [])):
             staged = layout.staging_key(batch, f["key"])
             if self.store.head(staged) is not None:
-                self.store.copy(staged, f["key"])
-                self.store.delete(staged)
+                try:
+                    self.store.copy(staged, f["key"])
+                except NotFound:
+                    # Another writer publishes this batch too (its recover, or the loser of a
+                    # commit race on this same batch id). It copies before it deletes, so the
+                    # file is at its final key already.
+                    if self.store.head(f["key"]) is None:
+                        raise
+                else:
+                    self.store.delete(staged)
             if i == 0:
                 fault_point("mid_publish")
 
+    def _staged_batches(self) -> dict[str, list[Any]]:
+        staged: dict[str, list[Any]] = {}
+        for info in self.store.list(layout.STAGING):
+            batch = info.key[len(layout.STAGING) :].split("/", 1)[0]
+            staged.setdefault(batch, []).append(info)
+        return staged
+
     def update_snapshot(self) -> None:
-        """Advance `_kindex/snapshot.json` to the log head, unless a newer writer did already."""
+        """Advance `_kindex/snapshot.json` to the log head, unless a newer writer did already.
+
+        Every committed batch up to the head that still has staged files is published first
+        (another writer may have crashed mid-publish): the snapshot never lists a file that is
+        not at its final key.
+        """
+        rolled = False
         for _ in range(20):
             current = self.store.head(layout.SNAPSHOT)
             if current is not None:
                 snap = json.loads(self.store.get_bytes(layout.SNAPSHOT))
                 if snap.get("seq", 0) >= self.head:
                     return
+            if not rolled:
+                committed = {r["batch"]: r for r in self.records}
+                for batch in self._staged_batches():
+                    if batch in committed:
+                        self.publish(committed[batch])
+                rolled = True
             tables: dict[str, list[str]] = {}
             for record in self.records:
                 for f in record.get("files", []):
@@ -170,6 +199,25 @@ class Warehouse:
                 continue
 
     def discard(self, batch: str) -> None:
+        """Drop the staging of a batch whose commit just lost (PreconditionFailed); refreshes.
+
+        Batch ids are deterministic (base sequence + sources), so two writers that ingest the
+        same objects from the same base stage the *same* batch id, and the winner's commit
+        record then names staged files that the loser also wrote. Those are the winner's now:
+        they are published, never deleted. The same holds when our own commit succeeded but its
+        reply was lost and a retry answered 412. Staging is deleted only when the sequence
+        number we tried is visibly taken by another batch (then this id can never commit);
+        otherwise (e.g. S3's 409 for a still-running concurrent conditional write) it is left
+        for `recover`: rolled forward if committed, removed as an orphan after the grace.
+        """
+        attempted = self.head + 1
+        self.refresh()
+        for record in self.records:
+            if record["batch"] == batch:
+                self.publish(record)
+                return
+        if attempted not in self._records:
+            return
         for info in list(self.store.list(f"{layout.STAGING}{batch}/")):
             self.store.delete(info.key)
 
@@ -178,10 +226,7 @@ class Warehouse:
         self.refresh()
         committed = {r["batch"]: r for r in self.records}
         rolled, removed = 0, 0
-        staged_batches: dict[str, list[Any]] = {}
-        for info in self.store.list(layout.STAGING):
-            batch = info.key[len(layout.STAGING) :].split("/", 1)[0]
-            staged_batches.setdefault(batch, []).append(info)
+        staged_batches = self._staged_batches()
         now = datetime.now(UTC)
         for batch, infos in staged_batches.items():
             if batch in committed:

@@ -9,7 +9,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..digest import canonical_json
 from ..normalize.descriptors import Descriptor
 from . import layout
 from .writers import JsonLinesWriter, ParquetTableWriter, WrittenFile
@@ -75,14 +74,14 @@ def descriptor_tables(
                 "digest": d.workload_digest, "kernel": w["kernel"], "dtype": w["dtype"],
                 "parameters": _json(w["parameters"]), "sweep_source": w["sweep"]["source"],
                 "sweep_value": str(w["sweep"]["value"]), "workload_slug": d.workload_slug,
-                "descriptor": canonical_json(d.workload).decode(),
+                "descriptor": d.workload_canonical,
             }  # fmt: skip
         if d.implementation_digest not in known and d.implementation_digest not in implementations:
             i = d.implementation["spec"]
             implementations[d.implementation_digest] = {
                 "digest": d.implementation_digest, "provider": i["provider"],
                 "kernel": i["kernel"], "liger_version": i["ligerVersion"],
-                "descriptor": canonical_json(d.implementation).decode(),
+                "descriptor": d.implementation_canonical,
             }  # fmt: skip
 
     files: list[WrittenFile] = []

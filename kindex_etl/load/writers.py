@@ -16,7 +16,14 @@ import pyarrow.parquet as pq
 
 from . import layout
 
-PARQUET_OPTIONS = {"compression": "zstd", "compression_level": 3, "write_statistics": True}
+# store_schema=False: readers see plain strings, not the dictionary types we write with
+# (Parquet's dictionary pages are an encoding detail; pandas would turn them into categoricals).
+PARQUET_OPTIONS = {
+    "compression": "zstd",
+    "compression_level": 3,
+    "write_statistics": True,
+    "store_schema": False,
+}
 _ZSTD = pa.Codec("zstd", compression_level=1)
 
 
@@ -116,6 +123,9 @@ class RunsWriter:
         if runs.num_rows == 0:
             return
         versions = runs.column("liger_version")
+        if pa.types.is_dictionary(versions.type):
+            # Our dictionaries are per descriptor, so values repeat: decode before unique().
+            versions = versions.cast(pa.string())
         unique = versions.unique().to_pylist()
         for version in unique:
             writer = self._parts.get(version)

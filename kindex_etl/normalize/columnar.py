@@ -18,12 +18,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..catalog import Catalog
-from ..digest import canonical_json
-from .descriptors import KEY_COLUMNS, Descriptor, DescriptorKey, Rejected, resolve
+from .descriptors import KEY_COLUMNS, Descriptor, DescriptorKey, Rejected, Resolver
 from .rows import NUMBER, TIMESTAMP, UPSTREAM_COLUMNS
 
 MIB = float(1 << 20)
-_SEP = "\x1f"
 _EPOCH_LIMIT = 1 << 32
 
 # Raw upstream columns are kept on quarantined rows so they can be replayed verbatim.
@@ -38,6 +36,15 @@ QUARANTINE_SCHEMA = pa.schema(
         *[(name, pa.string()) for name in UPSTREAM_COLUMNS],
     ]
 )
+
+# Columns that depend only on the descriptor: written dictionary-encoded.
+_DICTIONARY_FIELDS = frozenset(
+    {"series_id", "title", "metric", "kernel", "operation_mode", "provider", "gpu_name",
+     "gpu_slug", "gpu_architecture", "liger_version", "x_name", "x_label", "x_value",
+     "workload_slug", "dtype", "config", "value_unit", "protocol_digest", "workload_digest",
+     "environment_digest", "implementation_digest", "workload_descriptor",
+     "implementation_descriptor"}
+)  # fmt: skip
 
 RUN_SCHEMA = pa.schema(
     [
@@ -81,6 +88,15 @@ RUN_SCHEMA = pa.schema(
     ]
 )
 
+RUN_WRITE_SCHEMA = pa.schema(
+    [
+        pa.field(f.name, pa.dictionary(pa.int32(), pa.string()))
+        if f.name in _DICTIONARY_FIELDS
+        else f
+        for f in RUN_SCHEMA
+    ]
+)
+
 # Per-descriptor columns of the runs table, in RUN_SCHEMA order.
 _DESCRIPTOR_FIELDS = (
     "series_id", "title", "metric", "kernel", "operation_mode", "provider", "gpu_name",
@@ -115,8 +131,8 @@ def _descriptor_row(d: Descriptor) -> dict[str, Any]:
         "workload_digest": d.workload_digest,
         "environment_digest": d.environment_digest,
         "implementation_digest": d.implementation_digest,
-        "workload_descriptor": canonical_json(d.workload).decode(),
-        "implementation_descriptor": canonical_json(d.implementation).decode(),
+        "workload_descriptor": d.workload_canonical,
+        "implementation_descriptor": d.implementation_canonical,
         "known_kernel": d.known_kernel,
     }
 
@@ -150,16 +166,20 @@ class DescriptorTable:
     """Descriptors resolved so far in this process, as columns that rows index into."""
 
     catalog: Catalog
+    resolver: Resolver = field(init=False)
     descriptors: list[Descriptor] = field(default_factory=list)
     _by_key: dict[DescriptorKey, int | Rejected] = field(default_factory=dict)
     _columns: dict[str, pa.Array] = field(default_factory=dict)
     _size: int = -1
 
+    def __post_init__(self) -> None:
+        self.resolver = Resolver(self.catalog)
+
     def lookup(self, key: DescriptorKey) -> int | Rejected:
         found = self._by_key.get(key)
         if found is None:
             try:
-                self.descriptors.append(resolve(self.catalog, key))
+                self.descriptors.append(self.resolver.resolve(key))
                 found = len(self.descriptors) - 1
             except Rejected as rejected:
                 found = rejected
@@ -249,6 +269,34 @@ def _ident_hash(d: Descriptor) -> int:
     return int(d.implementation_digest[7:23], 16) ^ int(d.workload_digest[7:23], 16)
 
 
+@dataclass
+class Timestamps:
+    """Distinct upstream timestamps, parsed once; epoch is -1 where a value is invalid."""
+
+    epoch: np.ndarray
+    slug: pa.Array
+    observed: pa.Array
+    timestamp: pa.Array
+
+    @classmethod
+    def parse(cls, texts: pa.Array) -> Timestamps:
+        seconds = pc.strptime(texts, format="%Y-%m-%d %H:%M:%S", unit="s", error_is_null=True)
+        ok = pc.fill_null(
+            pc.and_(pc.match_substring_regex(texts, TIMESTAMP.pattern), pc.is_valid(seconds)),
+            False,
+        ).to_numpy(zero_copy_only=False)
+        epoch = pc.fill_null(pc.cast(seconds, pa.int64()), -1).to_numpy(zero_copy_only=False)
+        epoch = np.where(ok & (epoch >= 0) & (epoch < _EPOCH_LIMIT), epoch, -1)
+        return cls(
+            epoch=epoch,
+            slug=pc.replace_substring(pc.replace_substring(texts, " ", "-"), ":", "-"),
+            observed=pc.binary_join_element_wise(
+                pc.replace_substring(texts, " ", "T"), pa.scalar(".000Z"), ""
+            ),
+            timestamp=pc.cast(seconds, pa.timestamp("ms", tz="UTC")),
+        )
+
+
 class ColumnarNormalizer:
     """Turns upstream record batches into runs; holds the per-process descriptor caches."""
 
@@ -295,20 +343,34 @@ class ColumnarNormalizer:
 
     def _descriptor_ids(
         self, batch: pa.RecordBatch, software: str
-    ) -> tuple[np.ndarray, list[str | None], list[str | None]]:
-        joined = pc.binary_join_element_wise(*[batch.column(name) for name in KEY_COLUMNS], _SEP)
-        encoded = joined.dictionary_encode()
-        indices = encoded.indices.to_numpy(zero_copy_only=False)
-        local_ids = np.empty(len(encoded.dictionary), dtype=np.int64)
-        reasons: list[str | None] = []
-        details: list[str | None] = []
-        for i, text in enumerate(encoded.dictionary.to_pylist()):
-            parts = text.split(_SEP)
-            key = DescriptorKey(
-                kernel=parts[0], mode=parts[1], provider=parts[2], metric=parts[3],
-                unit=parts[4], x_name=parts[5], x_label=parts[6], x_value=parts[7],
-                config=parts[8], gpu_name=parts[9], liger_version=parts[10], software=software,
-            )  # fmt: skip
+    ) -> tuple[np.ndarray, list[str], list[str]]:
+        """Per row: the index of its descriptor, or -1-i for the i-th rejection reason."""
+        # Group rows by their key columns through per-column dictionary codes: far cheaper
+        # than hashing the joined strings, and keys are rebuilt from one row per group.
+        combined: np.ndarray | None = None
+        size = 1
+        columns = []
+        for name in KEY_COLUMNS:
+            encoded = batch.column(name).dictionary_encode()
+            codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            width = max(len(encoded.dictionary), 1)
+            columns.append((codes, encoded.dictionary.to_pylist()))
+            if combined is None:
+                combined, size = codes, width
+                continue
+            if size * width >= 1 << 62:
+                uniq, combined = np.unique(combined, return_inverse=True)
+                size = len(uniq)
+            combined = combined * width + codes
+            size *= width
+        assert combined is not None
+        _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+        local_ids = np.empty(len(first), dtype=np.int64)
+        reasons: list[str] = []
+        details: list[str] = []
+        for i, row in enumerate(first.tolist()):
+            parts = [dictionary[codes[row]] for codes, dictionary in columns]
+            key = DescriptorKey(*parts, software=software)
             found = self.table.lookup(key)
             if isinstance(found, Rejected):
                 local_ids[i] = -1 - len(reasons)
@@ -320,7 +382,7 @@ class ColumnarNormalizer:
                     d = self.table.descriptors[len(self._series_of)]
                     self._series_of.append(self.series_index(d.series_id))
                     self._ident_of.append(_ident_hash(d))
-        return local_ids[indices], reasons, details
+        return local_ids[inverse.reshape(-1)], reasons, details
 
     def normalize(
         self,
@@ -340,39 +402,41 @@ class ColumnarNormalizer:
             reason[i] = reject_reasons[-1 - gids[i]]
             detail[i] = reject_details[-1 - gids[i]]
 
-        ts = batch.column("timestamp")
-        seconds = pc.strptime(ts, format="%Y-%m-%d %H:%M:%S", unit="s", error_is_null=True)
-        ts_ok = pc.and_(pc.match_substring_regex(ts, TIMESTAMP.pattern), pc.is_valid(seconds))
-        epoch = pc.fill_null(pc.cast(seconds, pa.int64()), -1).to_numpy()
-        ts_bad = ~pc.fill_null(ts_ok, False).to_numpy(zero_copy_only=False)
-        ts_bad |= (epoch < 0) | (epoch >= _EPOCH_LIMIT)
+        # Timestamps repeat across a benchmark invocation: parse each distinct one once.
+        ts_encoded = batch.column("timestamp").dictionary_encode()
+        ts_codes = ts_encoded.indices.to_numpy(zero_copy_only=False)
+        stamps = Timestamps.parse(ts_encoded.dictionary)
+        epoch = stamps.epoch[ts_codes]
+        ts_bad = epoch < 0
         for i in np.flatnonzero(ts_bad & ~bad):
             reason[i] = "bad_timestamp"
-            detail[i] = f"timestamp {ts[i].as_py()!r} is not 'YYYY-MM-DD HH:MM:SS' (UTC)"
+            detail[i] = (
+                f"timestamp {batch.column('timestamp')[i].as_py()!r} is not "
+                "'YYYY-MM-DD HH:MM:SS' (UTC) between 1970 and 2106"
+            )
         bad |= ts_bad
 
         values: dict[str, np.ndarray] = {}
         for q in ("50", "20", "80"):
             column = batch.column(f"y_value_{q}")
+            try:
+                values[q] = pc.cast(column, pa.float64()).to_numpy(zero_copy_only=False)
+                continue
+            except pa.ArrowInvalid:
+                pass  # some value is not a number: find which, row by row below
             ok = pc.match_substring_regex(column, NUMBER.pattern).to_numpy(zero_copy_only=False)
             for i in np.flatnonzero(~ok & ~bad):
                 reason[i] = "bad_value"
                 detail[i] = f"y_value_{q} {column[i].as_py()!r} is not a number"
             bad |= ~ok
             cleaned = pc.if_else(pa.array(ok), pc.utf8_trim_whitespace(column), "nan")
-            values[q] = pc.cast(cleaned, pa.float64()).to_numpy()
+            values[q] = pc.cast(cleaned, pa.float64()).to_numpy(zero_copy_only=False)
 
         good = np.flatnonzero(~bad)
         gid = gids[good]
-        series = (
-            np.asarray(self._series_of, dtype=np.uint64)[gid]
-            if len(gid)
-            else np.empty(0, np.uint64)
-        )
+        series = np.asarray(self._series_of, dtype=np.uint64)[gid]
         keys = (series << np.uint64(32)) | epoch[good].astype(np.uint64)
-        ident = (
-            np.asarray(self._ident_of, dtype=np.uint64)[gid] if len(gid) else np.empty(0, np.uint64)
-        )
+        ident = np.asarray(self._ident_of, dtype=np.uint64)[gid]
         fps = value_fingerprint(values["50"][good], values["20"][good], values["80"][good], ident)
 
         bad_idx = np.flatnonzero(bad)
@@ -381,12 +445,12 @@ class ColumnarNormalizer:
             source_key, source_etag, lines, software,
         )  # fmt: skip
         return self._build(
-            batch, good, gid, keys, fps, values, quarantine, source_key, source_etag, lines
-        )
+            good, gid, keys, fps, values, quarantine, source_key, source_etag, lines,
+            stamps, ts_codes[good],
+        )  # fmt: skip
 
     def _build(
         self,
-        batch: pa.RecordBatch,
         good: np.ndarray,
         gid: np.ndarray,
         keys: np.ndarray,
@@ -396,10 +460,12 @@ class ColumnarNormalizer:
         source_key: str,
         source_etag: str,
         lines: np.ndarray,
+        stamps: Timestamps,
+        ts_codes: np.ndarray,
     ) -> NormalizedBatch:
         cols = self.table.columns()
         take = pa.array(gid, pa.int64())
-        ts = batch.column("timestamp").take(pa.array(good))
+        ts_take = pa.array(ts_codes, pa.int64())
         n = len(good)
         is_speed = cols["is_speed"].take(take)
         scale = pc.if_else(is_speed, 1e6, MIB)
@@ -412,10 +478,8 @@ class ColumnarNormalizer:
         }  # fmt: skip
         all_finite = pc.and_(pc.and_(finite["50"], finite["20"]), finite["80"])
         status = pc.if_else(all_finite, "passed", "failed")
-        ts_slug = pc.replace_substring(pc.replace_substring(ts, " ", "-"), ":", "-")
-        observed = pc.binary_join_element_wise(
-            pc.replace_substring(ts, " ", "T"), pa.scalar(".000Z"), ""
-        )
+        ts_slug = stamps.slug.take(ts_take)
+        observed = stamps.observed.take(ts_take)
         names = pc.utf8_rtrim(
             pc.utf8_slice_codeunits(
                 pc.binary_join_element_wise(cols["name_prefix"].take(take), ts_slug, "-"), 0, 100
@@ -436,9 +500,13 @@ class ColumnarNormalizer:
                 pc.cast(scaled[q], pa.string()), pa.scalar("}"), "",
             )  # fmt: skip
 
+        # (null_handling="skip" would be neater, but pyarrow returns an empty array when every
+        # input row is null, so missing points become "" and the comma is explicit.)
+        both = pc.and_(finite["20"], finite["80"])
         measurements = pc.binary_join_element_wise(
-            measurement("20"), measurement("80"), ",", null_handling="skip"
-        )
+            pc.fill_null(measurement("20"), ""), pc.if_else(both, ",", ""),
+            pc.fill_null(measurement("80"), ""), "",
+        )  # fmt: skip
         median = pc.cast(scaled["50"], pa.string())
         memory_block = pc.fill_null(
             pc.if_else(
@@ -474,12 +542,20 @@ class ColumnarNormalizer:
         )  # fmt: skip
 
         table_cols: dict[str, Any] = {}
+        codes = pa.array(gid, pa.int32())
         for f in RUN_SCHEMA:
             if f.name in cols:
-                table_cols[f.name] = cols[f.name].take(take)
-        observed_at = pc.cast(
-            pc.strptime(ts, format="%Y-%m-%d %H:%M:%S", unit="ms"), pa.timestamp("ms", tz="UTC")
-        )
+                # Per-descriptor columns stay dictionary-encoded: no per-row copy of strings,
+                # and Parquet stores them as dictionary pages anyway.
+                column = cols[f.name]
+                # Parquet cannot write a null inside a dictionary: such columns (dtype of an
+                # unknown kernel) take the plain path and are encoded by the writer's cast.
+                table_cols[f.name] = (
+                    pa.DictionaryArray.from_arrays(codes, column)
+                    if pa.types.is_string(column.type) and column.null_count == 0
+                    else column.take(take)
+                )
+        observed_at = stamps.timestamp.take(ts_take)
         table_cols.update(
             external_id=external,
             name=names,
@@ -495,7 +571,7 @@ class ColumnarNormalizer:
             source_etag=pa.array([source_etag] * n, pa.string()),
             source_row=pa.array(lines[good], pa.int64()),
         )
-        runs = pa.table([table_cols[f.name] for f in RUN_SCHEMA], schema=RUN_SCHEMA)
+        runs = pa.table([table_cols[f.name] for f in RUN_SCHEMA], schema=RUN_WRITE_SCHEMA)
         return NormalizedBatch(
             runs=runs,
             json_lines=json_lines,

@@ -20,12 +20,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..catalog import Catalog
 from ..digest import canonical_json, digest
-from ..models.documents import (
-    BenchmarkProtocol,
-    ExecutionEnvironment,
-    Implementation,
-    Workload,
-)
+from ..models.documents import BenchmarkProtocol, ExecutionEnvironment, Implementation, Workload
 from .slugs import NAME_LIMIT, compact, slug, value_slug
 
 # Identifiers that end up verbatim in externalIds must not be able to forge a path segment.
@@ -91,6 +86,8 @@ class Descriptor:
     implementation_digest: str
     protocol_digest: str
     environment_digest: str
+    workload_canonical: str
+    implementation_canonical: str
     workload_slug: str
     gpu_slug: str
     dtype: str | None
@@ -238,8 +235,122 @@ def _workload(catalog: Catalog, key: DescriptorKey) -> tuple[Workload, str, str 
     return workload, workload_slug, dtype
 
 
-def resolve(catalog: Catalog, key: DescriptorKey) -> Descriptor:
-    """Build the descriptor for a key, or raise Rejected with the reason it must be held back."""
+@dataclass(frozen=True)
+class Hashed:
+    """A document or descriptor with its canonical JSON and digest, computed once."""
+
+    doc: dict[str, Any]
+    canonical: str
+    digest: str
+
+    @classmethod
+    def of(cls, doc: dict[str, Any]) -> Hashed:
+        return cls(doc=doc, canonical=canonical_json(doc).decode(), digest=digest(doc))
+
+
+class Resolver:
+    """Resolves descriptor keys, sharing the parts keys have in common.
+
+    Many keys share a protocol (metric, mode), an environment (GPU, software), a workload
+    (kernel and shape) or an implementation (provider, version): each is built and hashed once.
+    """
+
+    def __init__(self, catalog: Catalog) -> None:
+        self.catalog = catalog
+        self._protocols: dict[tuple[str, str], Hashed] = {}
+        self._environments: dict[tuple[str, str], Hashed | Rejected] = {}
+        self._workloads: dict[tuple[str, ...], tuple[Hashed, str, str | None] | Rejected] = {}
+        self._implementations: dict[tuple[str, str, str], Hashed] = {}
+
+    def protocol(self, metric: str, mode: str) -> Hashed:
+        key = (metric, mode)
+        if key not in self._protocols:
+            self._protocols[key] = Hashed.of(protocol_document(metric, mode).document())
+        return self._protocols[key]
+
+    def environment(self, gpu_name: str, software: str) -> Hashed:
+        key = (gpu_name, software)
+        if key not in self._environments:
+            try:
+                env = environment_document(self.catalog, gpu_name, software)
+                self._environments[key] = Hashed.of(env.document())
+            except Rejected as rejected:
+                self._environments[key] = rejected
+        found = self._environments[key]
+        if isinstance(found, Rejected):
+            raise found
+        return found
+
+    def workload(self, key: DescriptorKey) -> tuple[Hashed, str, str | None]:
+        wkey = (key.kernel, key.x_name, key.x_label, key.x_value, key.config)
+        if wkey not in self._workloads:
+            try:
+                workload, slug_, dtype = _workload(self.catalog, key)
+                self._workloads[wkey] = (Hashed.of(workload.document()), slug_, dtype)
+            except Rejected as rejected:
+                self._workloads[wkey] = rejected
+        found = self._workloads[wkey]
+        if isinstance(found, Rejected):
+            raise found
+        return found
+
+    def implementation(self, provider: str, kernel: str, version: str) -> Hashed:
+        key = (provider, kernel, version)
+        if key not in self._implementations:
+            impl = Implementation.model_validate(
+                {"spec": {"provider": provider, "kernel": kernel, "ligerVersion": version}}
+            )
+            self._implementations[key] = Hashed.of(impl.document())
+        return self._implementations[key]
+
+    def resolve(self, key: DescriptorKey) -> Descriptor:
+        """Build the descriptor for a key, or raise Rejected with the reason to hold it back."""
+        _check_fields(key)
+        environment = self.environment(key.gpu_name, key.software)
+        workload, workload_slug, dtype = self.workload(key)
+        protocol = self.protocol(key.metric, key.mode)
+        implementation = self.implementation(key.provider, key.kernel, key.liger_version)
+        kernel = self.catalog.kernel(key.kernel)
+        mode = key.mode or "unspecified"
+        gpu_slug = slug(key.gpu_name)
+        series = f"{key.kernel}/{mode}/{key.provider}/{gpu_slug}/{workload_slug}"
+        labels = {"liger_version": key.liger_version}
+        if kernel is None:
+            labels[UNKNOWN_KERNEL_LABEL] = "unknown-kernel"
+        title = f"{kernel.title if kernel else key.kernel} · {key.provider} · {mode}"
+        name_parts = [key.kernel, mode, key.provider, gpu_slug, workload_slug]
+        if key.metric == "memory":
+            # Memory rows share everything with a speed row but the metric: give them their
+            # own externalId shape (one more segment) and a name and title that say so.
+            series += "/memory"
+            name_parts.insert(2, "memory")
+            title += " · peak memory"
+        return Descriptor(
+            key=key,
+            metric=key.metric,
+            series_id=series,
+            name_prefix=slug("-".join(("liger", *name_parts))),
+            title=title,
+            labels=labels,
+            benchmark=f"{key.kernel}/{mode}",
+            workload=workload.doc,
+            implementation=implementation.doc,
+            protocol=protocol.doc,
+            environment=environment.doc,
+            workload_digest=workload.digest,
+            implementation_digest=implementation.digest,
+            protocol_digest=protocol.digest,
+            environment_digest=environment.digest,
+            workload_canonical=workload.canonical,
+            implementation_canonical=implementation.canonical,
+            workload_slug=workload_slug,
+            gpu_slug=gpu_slug,
+            dtype=dtype,
+            known_kernel=kernel is not None,
+        )
+
+
+def _check_fields(key: DescriptorKey) -> None:
     for column, value in (
         ("kernel_name", key.kernel),
         ("kernel_provider", key.provider),
@@ -260,9 +371,7 @@ def resolve(catalog: Catalog, key: DescriptorKey) -> Descriptor:
             raise Rejected("bad_identifier", f"{column} {value!r} is not a plain identifier")
     units = metric_units()
     if key.metric not in units:
-        raise Rejected(
-            "unknown_metric", f"metric_name {key.metric!r} is not one of {sorted(units)}"
-        )
+        raise Rejected("unknown_metric", f"metric_name {key.metric!r} is not one of {sorted(units)}")
     if key.unit != units[key.metric]:
         raise Rejected(
             "unknown_metric", f"{key.metric} in {key.unit!r}, expected {units[key.metric]!r}"
@@ -270,60 +379,11 @@ def resolve(catalog: Catalog, key: DescriptorKey) -> Descriptor:
     try:
         Version(key.liger_version)
     except InvalidVersion:
-        raise Rejected(
-            "bad_version", f"liger_version {key.liger_version!r} is not PEP 440"
-        ) from None
+        raise Rejected("bad_version", f"liger_version {key.liger_version!r} is not PEP 440") from None
 
-    environment = environment_document(catalog, key.gpu_name, key.software)
-    workload, workload_slug, dtype = _workload(catalog, key)
-    protocol = protocol_document(key.metric, key.mode)
-    implementation = Implementation.model_validate(
-        {
-            "spec": {
-                "provider": key.provider,
-                "kernel": key.kernel,
-                "ligerVersion": key.liger_version,
-            }
-        }
-    )
-    kernel = catalog.kernel(key.kernel)
-    mode = key.mode or "unspecified"
-    gpu_slug = slug(key.gpu_name)
-    series = f"{key.kernel}/{mode}/{key.provider}/{gpu_slug}/{workload_slug}"
-    labels = {"liger_version": key.liger_version}
-    if kernel is None:
-        labels[UNKNOWN_KERNEL_LABEL] = "unknown-kernel"
-    title = f"{kernel.title if kernel else key.kernel} · {key.provider} · {mode}"
-    name_parts = [key.kernel, mode, key.provider, gpu_slug, workload_slug]
-    if key.metric == "memory":
-        # Memory rows share everything with a speed row but the metric: give them their own
-        # externalId shape (one more segment) and a name and title that say so.
-        series += "/memory"
-        name_parts.insert(2, "memory")
-        title += " · peak memory"
-    env_doc, wl_doc = environment.document(), workload.document()
-    impl_doc, proto_doc = implementation.document(), protocol.document()
-    return Descriptor(
-        key=key,
-        metric=key.metric,
-        series_id=series,
-        name_prefix=slug("-".join(("liger", *name_parts))),
-        title=title,
-        labels=labels,
-        benchmark=f"{key.kernel}/{mode}",
-        workload=wl_doc,
-        implementation=impl_doc,
-        protocol=proto_doc,
-        environment=env_doc,
-        workload_digest=digest(wl_doc),
-        implementation_digest=digest(impl_doc),
-        protocol_digest=digest(proto_doc),
-        environment_digest=digest(env_doc),
-        workload_slug=workload_slug,
-        gpu_slug=gpu_slug,
-        dtype=dtype,
-        known_kernel=kernel is not None,
-    )
+
+def resolve(catalog: Catalog, key: DescriptorKey) -> Descriptor:
+    return Resolver(catalog).resolve(key)
 
 
 def run_name(descriptor: Descriptor, timestamp_slug: str) -> str:

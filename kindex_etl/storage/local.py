@@ -15,6 +15,11 @@ from typing import BinaryIO
 from .base import NotFound, ObjectInfo, PreconditionFailed, StorageError, check_key
 
 
+# delete() prunes empty folders, so a folder just made for a new file can vanish before the
+# file lands in it when another process deletes at the same time; making it again settles it.
+_PRUNE_RETRIES = 5
+
+
 def _etag(stat: os.stat_result) -> str:
     # Size plus mtime stands in for S3's ETag: hashing a 1 GB CSV just to learn it is unchanged
     # would cost more than the rest of an incremental run.
@@ -86,10 +91,15 @@ class LocalStore:
             return fh.read()
 
     def _tmp_beside(self, path: Path) -> Path:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=".kindex-tmp-", dir=path.parent)
-        os.close(fd)
-        return Path(name)
+        for _ in range(_PRUNE_RETRIES):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                fd, name = tempfile.mkstemp(prefix=".kindex-tmp-", dir=path.parent)
+            except FileNotFoundError:
+                continue  # a concurrent delete() pruned the empty folder; make it again
+            os.close(fd)
+            return Path(name)
+        raise StorageError(f"cannot create a file in {path.parent}")
 
     def put_bytes(
         self,
@@ -103,6 +113,9 @@ class LocalStore:
         tmp = self._tmp_beside(path)
         try:
             tmp.write_bytes(data)
+            # link() and rename keep size and mtime: the new object's ETag, known before another
+            # process can move or replace it.
+            etag = _etag(tmp.stat())
             if if_none_match:
                 # link() fails if the name exists: an atomic create-if-absent on POSIX.
                 try:
@@ -121,40 +134,48 @@ class LocalStore:
                 os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
-        info = self.head(key)
-        assert info is not None
-        return info.etag
+        return etag
 
     def put_file(self, key: str, path: Path) -> str:
         dest = self._path(key)
         tmp = self._tmp_beside(dest)
         try:
             shutil.copyfile(path, tmp)
+            etag = _etag(tmp.stat())
             os.replace(tmp, dest)
         finally:
             tmp.unlink(missing_ok=True)
-        info = self.head(key)
-        assert info is not None
-        return info.etag
+        # Not head(key): a concurrent publisher may have moved the file on already.
+        return etag
 
     def move_file(self, key: str, path: Path) -> str:
         """Like put_file, but takes the file over (a rename when on the same filesystem)."""
         dest = self._path(key)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            os.replace(path, dest)
-        except OSError:
-            return self.put_file(key, path)
-        info = self.head(key)
-        assert info is not None
-        return info.etag
+        etag = _etag(path.stat())  # a rename keeps size and mtime
+        for _ in range(_PRUNE_RETRIES):
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.replace(path, dest)
+            except FileNotFoundError:
+                if not path.exists():
+                    raise
+                continue  # a concurrent delete() pruned the empty folder; make it again
+            except OSError:
+                return self.put_file(key, path)  # another filesystem: copy instead
+            # Not head(key): a concurrent publisher may have moved the file on already.
+            return etag
+        return self.put_file(key, path)
 
     def copy(self, src_key: str, dst_key: str) -> None:
         src, dst = self._path(src_key), self._path(dst_key)
         if not src.exists():
             raise NotFound(src_key)
         dst.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(src, dst)
+        try:
+            os.replace(src, dst)
+        except FileNotFoundError:
+            # A concurrent publisher moved it first (exists() above was only a look).
+            raise NotFound(src_key) from None
 
     def delete(self, key: str) -> None:
         path = self._path(key)

@@ -1,5 +1,27 @@
-"""Trigger: react to liger_versions that are new to the warehouse (see rules.py)."""
+"""Trigger: react to liger_versions that are new to the warehouse.
 
-from .rerun import on_new_versions
+`rules` decides which new versions are releases worth a GPU re-run; `rerun` records each
+request exactly once (`_kindex/reruns/<version>.json`) and starts it through Prefect when an
+API and a deployment are configured. docs/reruns.md has the whole story.
+"""
 
-__all__ = ["on_new_versions"]
+from .rerun import (
+    EVENT_NAME,
+    list_reruns,
+    mark_finished,
+    on_new_versions,
+    prefect_api_url,
+    request_rerun,
+)
+from .rules import decide, is_requestable
+
+__all__ = [
+    "EVENT_NAME",
+    "decide",
+    "is_requestable",
+    "list_reruns",
+    "mark_finished",
+    "on_new_versions",
+    "prefect_api_url",
+    "request_rerun",
+]

@@ -1,0 +1,175 @@
+"""Ingest speed and memory against DuckDB's plain CSV-to-Parquet copy of the same file.
+
+    python benchmarks/bench_ingest.py --rows 5000000 [--workdir /tmp/kindex-bench] [--repeat 1]
+
+Writes an upstream CSV of the requested size (the real upstream sample, or a generated one,
+replicated with shifted timestamps so every row is a distinct run), then times, in the same
+run and on the same file:
+  * DuckDB: COPY (SELECT * FROM read_csv(...)) TO ... (FORMAT parquet, COMPRESSION zstd)
+  * `kindex-etl ingest --json` end to end, as a subprocess (Prefect start-up, Parquet and the
+    zstd JSON documents included), with peak RSS of its whole process tree (the Prefect
+    ephemeral API server is a child process) and of the ingest process alone.
+The machine is shared and noisy: compare the ratio, not the seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO.parent / "shared" / "upstream-sample" / "all_benchmark_data.csv"
+
+
+def base_table() -> pa.Table:
+    if SAMPLE.is_file():
+        from kindex_etl.normalize.rows import UPSTREAM_COLUMNS
+
+        # Every column as text, exactly as upstream wrote it.
+        types = {name: pa.string() for name in UPSTREAM_COLUMNS}
+        return pcsv.read_csv(
+            SAMPLE,
+            convert_options=pcsv.ConvertOptions(strings_can_be_null=False, column_types=types),
+        )
+    from kindex_etl.demo import sample_rows
+
+    return pa.Table.from_pylist(sample_rows())
+
+
+def write_upstream(path: Path, rows: int) -> None:
+    base = base_table()
+    ts = pc.strptime(base.column("timestamp"), format="%Y-%m-%d %H:%M:%S", unit="s")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with pcsv.CSVWriter(path, base.schema,
+                        write_options=pcsv.WriteOptions(quoting_style="needed")) as writer:  # fmt: skip
+        written, shift = 0, 0
+        while written < rows:
+            take = min(base.num_rows, rows - written)
+            shifted = pc.strftime(
+                pc.add(ts, pa.scalar(shift * 7, pa.duration("s"))), format="%Y-%m-%d %H:%M:%S"
+            )
+            t = base.set_column(base.schema.get_field_index("timestamp"), "timestamp", shifted)
+            writer.write_table(t.slice(0, take))
+            written += take
+            shift += 1
+
+
+def duckdb_copy(csv: Path, out: Path) -> float:
+    import duckdb
+
+    out.unlink(missing_ok=True)
+    start = time.perf_counter()
+    duckdb.sql(
+        f"COPY (SELECT * FROM read_csv('{csv}')) TO '{out}' (FORMAT parquet, COMPRESSION zstd)"
+    )
+    return time.perf_counter() - start
+
+
+def _tree_rss(root: int) -> tuple[int, int]:
+    """(RSS of root, RSS of root and all its descendants), bytes, from /proc."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            ppid, pages = int(fields[1]), int(fields[21])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+        rss[int(entry)] = pages * os.sysconf("SC_PAGE_SIZE")
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += rss.get(pid, 0)
+        stack.extend(children.get(pid, []))
+    return rss.get(root, 0), total
+
+
+def kindex_ingest(csv_dir: Path, warehouse: Path, env: dict[str, str]) -> dict[str, float]:
+    shutil.rmtree(warehouse, ignore_errors=True)
+    cmd = [sys.executable, "-m", "kindex_etl.cli", "ingest", "--upstream", str(csv_dir),
+           "--warehouse", str(warehouse), "--json", "--no-trigger"]  # fmt: skip
+    peak_self = peak_tree = 0
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak_self, peak_tree
+        while not done.is_set():
+            own, tree = _tree_rss(proc.pid)
+            peak_self, peak_tree = max(peak_self, own), max(peak_tree, tree)
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    out, err = proc.communicate()
+    elapsed = time.perf_counter() - start
+    done.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"ingest failed ({proc.returncode}):\n{err[-4000:]}")
+    summary = json.loads(out)
+    return {
+        "seconds": elapsed,
+        "peak_rss_ingest_mib": peak_self / 2**20,
+        "peak_rss_tree_mib": peak_tree / 2**20,
+        "runs_written": summary["runs_written"],
+        "pipeline_seconds": summary["elapsed_s"],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--workdir", default="/tmp/kindex-bench")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="keep the generated CSV")
+    args = parser.parse_args()
+
+    work = Path(args.workdir)
+    upstream = work / "upstream"
+    csv = upstream / "benchmark" / "data" / "all_benchmark_data.csv"
+    if not csv.exists() or csv.stat().st_size == 0 or not args.keep:
+        shutil.rmtree(upstream, ignore_errors=True)
+        t = time.perf_counter()
+        write_upstream(csv, args.rows)
+        print(f"wrote {csv} ({csv.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s",
+              file=sys.stderr)  # fmt: skip
+
+    env = {**os.environ, "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+           "PREFECT_HOME": str(work / "prefect-home"), "PYTHONPATH": str(REPO)}  # fmt: skip
+    # Warm the Prefect home once (database migrations), as on any machine after its first run.
+    tiny = work / "warm-upstream"
+    if not (work / "prefect-home").exists():
+        tiny.mkdir(parents=True, exist_ok=True)
+        kindex_ingest(tiny, work / "warm-warehouse", env)
+
+    results = []
+    for _ in range(args.repeat):
+        duck = duckdb_copy(csv, work / "duckdb.parquet")
+        ours = kindex_ingest(upstream, work / "warehouse", env)
+        results.append({"rows": args.rows, "duckdb_seconds": round(duck, 2),
+                        **{k: round(v, 2) for k, v in ours.items()},
+                        "ratio": round(ours["seconds"] / duck, 2)})  # fmt: skip
+        print(json.dumps(results[-1]))
+    if not args.keep:
+        shutil.rmtree(work / "warehouse", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
