@@ -51,8 +51,9 @@ def write_upstream(path: Path, rows: int) -> None:
     base = base_table()
     ts = pc.strptime(base.column("timestamp"), format="%Y-%m-%d %H:%M:%S", unit="s")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with pcsv.CSVWriter(path, base.schema,
-                        write_options=pcsv.WriteOptions(quoting_style="needed")) as writer:  # fmt: skip
+    with pcsv.CSVWriter(
+        path, base.schema, write_options=pcsv.WriteOptions(quoting_style="needed")
+    ) as writer:
         written, shift = 0, 0
         while written < rows:
             take = min(base.num_rows, rows - written)
@@ -101,8 +102,18 @@ def _tree_rss(root: int) -> tuple[int, int]:
 
 def kindex_ingest(csv_dir: Path, warehouse: Path, env: dict[str, str]) -> dict[str, float]:
     shutil.rmtree(warehouse, ignore_errors=True)
-    cmd = [sys.executable, "-m", "kindex_etl.cli", "ingest", "--upstream", str(csv_dir),
-           "--warehouse", str(warehouse), "--json", "--no-trigger"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "kindex_etl.cli",
+        "ingest",
+        "--upstream",
+        str(csv_dir),
+        "--warehouse",
+        str(warehouse),
+        "--json",
+        "--no-trigger",
+    ]
     peak_self = peak_tree = 0
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
@@ -148,11 +159,18 @@ def main() -> None:
         shutil.rmtree(upstream, ignore_errors=True)
         t = time.perf_counter()
         write_upstream(csv, args.rows)
-        print(f"wrote {csv} ({csv.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"wrote {csv} ({csv.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s",
+            file=sys.stderr,
+        )
 
-    env = {**os.environ, "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "PREFECT_HOME": str(work / "prefect-home"), "PYTHONPATH": str(REPO)}  # fmt: skip
+    env = {
+        **os.environ,
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_HOME": str(work / "prefect-home"),
+        "PYTHONPATH": str(REPO),
+    }
     # Warm the Prefect home once (database migrations), as on any machine after its first run.
     tiny = work / "warm-upstream"
     if not (work / "prefect-home").exists():
@@ -163,9 +181,14 @@ def main() -> None:
     for _ in range(args.repeat):
         duck = duckdb_copy(csv, work / "duckdb.parquet")
         ours = kindex_ingest(upstream, work / "warehouse", env)
-        results.append({"rows": args.rows, "duckdb_seconds": round(duck, 2),
-                        **{k: round(v, 2) for k, v in ours.items()},
-                        "ratio": round(ours["seconds"] / duck, 2)})  # fmt: skip
+        results.append(
+            {
+                "rows": args.rows,
+                "duckdb_seconds": round(duck, 2),
+                **{k: round(v, 2) for k, v in ours.items()},
+                "ratio": round(ours["seconds"] / duck, 2),
+            }
+        )
         print(json.dumps(results[-1]))
     if not args.keep:
         shutil.rmtree(work / "warehouse", ignore_errors=True)

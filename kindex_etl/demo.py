@@ -14,6 +14,7 @@ import os
 import tarfile
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from .normalize.rows import UPSTREAM_COLUMNS
 
@@ -47,12 +48,16 @@ def fetch_upstream_csv(version: str = DEMO_VERSION, timeout: float = 15.0) -> by
 def sample_rows() -> list[dict[str, str]]:
     """A small generated upstream file: two kernels, three providers, two GPUs, two releases."""
     rows = []
-    for sha, version, ts in SAMPLE_RELEASES:
+    for _sha, version, ts in SAMPLE_RELEASES:
         for gpu_i, gpu in enumerate(SAMPLE_GPUS):
             for kernel, providers, config in (
                 ("megatron_rms_norm", ("liger", "torch"), {"S": 4096, "B": 1}),
-                ("rms_norm", ("liger", "huggingface"), {"M": 2048, "dtype": "torch.bfloat16", "eps": 1e-06}),
-            ):  # fmt: skip
+                (
+                    "rms_norm",
+                    ("liger", "huggingface"),
+                    {"M": 2048, "dtype": "torch.bfloat16", "eps": 1e-06},
+                ),
+            ):
                 for p_i, provider in enumerate(providers):
                     for mode_i, mode in enumerate(("forward", "backward", "full")):
                         for h in (1024, 2048, 4096, 8192):
@@ -62,15 +67,25 @@ def sample_rows() -> list[dict[str, str]]:
                                 ("speed", "ms", base),
                                 ("memory", "MB", h / 64 * (2 + p_i)),
                             ):
-                                rows.append({
-                                    "kernel_name": kernel, "kernel_provider": provider,
-                                    "kernel_operation_mode": mode, "metric_name": metric,
-                                    "metric_unit": unit, "x_name": "H", "x_label": "hidden size",
-                                    "x_value": str(h), "y_value_50": repr(y),
-                                    "y_value_20": repr(y * 0.99), "y_value_80": repr(y * 1.01),
-                                    "extra_benchmark_config_str": json.dumps(config),
-                                    "gpu_name": gpu, "timestamp": ts, "liger_version": version,
-                                })  # fmt: skip
+                                rows.append(
+                                    {
+                                        "kernel_name": kernel,
+                                        "kernel_provider": provider,
+                                        "kernel_operation_mode": mode,
+                                        "metric_name": metric,
+                                        "metric_unit": unit,
+                                        "x_name": "H",
+                                        "x_label": "hidden size",
+                                        "x_value": str(h),
+                                        "y_value_50": repr(y),
+                                        "y_value_20": repr(y * 0.99),
+                                        "y_value_80": repr(y * 1.01),
+                                        "extra_benchmark_config_str": json.dumps(config),
+                                        "gpu_name": gpu,
+                                        "timestamp": ts,
+                                        "liger_version": version,
+                                    }
+                                )
     return rows
 
 
@@ -109,7 +124,7 @@ def lay_out_upstream(upstream: Path, *, offline: bool) -> str:
     return origin
 
 
-def _version_key(v: str) -> object:
+def _version_key(v: str) -> tuple[int, Any]:
     from packaging.version import InvalidVersion, Version
 
     try:
@@ -124,8 +139,16 @@ def example_query(warehouse: Path) -> str:
 
     runs = pd.read_parquet(
         warehouse / "benchmark_runs",
-        columns=["kernel", "provider", "gpu_name", "metric", "operation_mode", "value_median", "liger_version"],
-    )  # fmt: skip
+        columns=[
+            "kernel",
+            "provider",
+            "gpu_name",
+            "metric",
+            "operation_mode",
+            "value_median",
+            "liger_version",
+        ],
+    )
     speed = runs[(runs.metric == "speed") & (runs.operation_mode == "full")]
     newest = max(speed.liger_version.astype(str).unique(), key=_version_key)
     top = (

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -184,9 +185,16 @@ class Ingestor:
         self.index = RunIndex()
         table = self.warehouse.read_table(
             layout.RUNS,
-            ["series_id", "observed_at", "source_p50", "source_p20", "source_p80",
-             "implementation_digest", "workload_digest"],
-        )  # fmt: skip
+            [
+                "series_id",
+                "observed_at",
+                "source_p50",
+                "source_p20",
+                "source_p80",
+                "implementation_digest",
+                "workload_digest",
+            ],
+        )
         if table is not None and table.num_rows:
             keys, fps = self.normalizer.keys_of_stored(table)
             self.index.add(keys, fps)
@@ -236,16 +244,23 @@ class Ingestor:
                 try:
                     for rb in source.batches():
                         self._one_batch(
-                            source, rb, report, reasons, versions, descriptor_ids,
-                            runs_writer, quarantine_writer, background,
-                        )  # fmt: skip
+                            source,
+                            rb,
+                            report,
+                            reasons,
+                            versions,
+                            descriptor_ids,
+                            runs_writer,
+                            quarantine_writer,
+                            background,
+                        )
                 except BadFile as bad:
                     report.status = "rejected"
                     report.detail = bad.detail
                     report.quarantined += 1
                     reasons[bad.reason] += 1
-                    table = _file_rejection(source, bad)
-                    background.submit(lambda t=table: quarantine_writer.write(t))
+                    rejection = _file_rejection(source, bad)
+                    background.submit(partial(quarantine_writer.write, rejection))
                 except StorageError as exc:
                     raise StorageError(f"reading {source.key}: {exc}") from None
             background.close()
@@ -292,7 +307,7 @@ class Ingestor:
                 }
                 for r in reports
                 if r.status != "replayed"
-            ],  # fmt: skip
+            ],
             "files": [{"key": f.key, "rows": f.rows} for f in files],
             "versions": sorted(versions, key=_version_order),
             "digests": sorted(digests),
@@ -321,9 +336,12 @@ class Ingestor:
     ) -> None:
         report.rows += rb.batch.num_rows + len(rb.malformed)
         nb = self.normalizer.normalize(
-            rb.batch, source_key=source.key, source_etag=source.etag,
-            lines=rb.lines, software=source.software,
-        )  # fmt: skip
+            rb.batch,
+            source_key=source.key,
+            source_etag=source.etag,
+            lines=rb.lines,
+            software=source.software,
+        )
         result = self.index.classify(nb.keys, nb.fingerprints)
         quarantined = [nb.quarantine]
         if result.conflict.any():
@@ -339,7 +357,7 @@ class Ingestor:
                     source.etag,
                     rb.lines,
                     source.software,
-                )  # fmt: skip
+                )
             )
         if rb.malformed:
             quarantined.append(_malformed(source, rb))
@@ -375,19 +393,24 @@ def _empty_upstream_columns(n: int) -> dict[str, pa.Array]:
 def _file_rejection(source: Source, bad: BadFile) -> pa.Table:
     return pa.table(
         {
-            "source_key": [source.key], "source_etag": [source.etag], "source_row": pa.array([None], pa.int64()),
-            "reason": [bad.reason], "detail": [bad.detail], "software": [source.software],
+            "source_key": [source.key],
+            "source_etag": [source.etag],
+            "source_row": pa.array([None], pa.int64()),
+            "reason": [bad.reason],
+            "detail": [bad.detail],
+            "software": [source.software],
             **_empty_upstream_columns(1),
         },
         schema=QUARANTINE_SCHEMA,
-    )  # fmt: skip
+    )
 
 
 def _malformed(source: Source, rb: RowBatch) -> pa.Table:
     n = len(rb.malformed)
     return pa.table(
         {
-            "source_key": [source.key] * n, "source_etag": [source.etag] * n,
+            "source_key": [source.key] * n,
+            "source_etag": [source.etag] * n,
             "source_row": pa.array([m.line for m in rb.malformed], pa.int64()),
             "reason": ["malformed_row"] * n,
             "detail": [f"{m.detail}: {m.text[:500]}" for m in rb.malformed],
@@ -395,7 +418,7 @@ def _malformed(source: Source, rb: RowBatch) -> pa.Table:
             **_empty_upstream_columns(n),
         },
         schema=QUARANTINE_SCHEMA,
-    )  # fmt: skip
+    )
 
 
 def _chunks(
@@ -415,9 +438,12 @@ def _chunks(
 
 def _source(store: ObjectStore, c: Candidate) -> Source:
     return Source(
-        key=c.key, etag=c.info.etag, software=c.software, size=c.info.size,
+        key=c.key,
+        etag=c.info.etag,
+        software=c.software,
+        size=c.info.size,
         batches=lambda: read_batches(store, c.key),
-    )  # fmt: skip
+    )
 
 
 def commit_sources(

@@ -63,10 +63,12 @@ def replay(warehouse_url: str, *, catalog: Catalog | None = None) -> IngestSumma
         groups = rows.group_by(["source_key", "source_etag", "software"]).aggregate([])
         for g in groups.to_pylist():
             mask = pc.and_(
-                pc.and_(pc.equal(rows.column("source_key"), g["source_key"]),
-                        pc.equal(rows.column("source_etag"), g["source_etag"])),
+                pc.and_(
+                    pc.equal(rows.column("source_key"), g["source_key"]),
+                    pc.equal(rows.column("source_etag"), g["source_etag"]),
+                ),
                 pc.equal(rows.column("software"), g["software"]),
-            )  # fmt: skip
+            )
             part = rows.filter(mask)
 
             def batches(part: pa.Table = part) -> Iterator[RowBatch]:
@@ -76,15 +78,24 @@ def replay(warehouse_url: str, *, catalog: Catalog | None = None) -> IngestSumma
                     yield RowBatch(batch=batch[0], lines=lines)
 
             out.append(
-                Source(key=g["source_key"], etag=g["source_etag"], software=g["software"],
-                       batches=batches, replay=True)
-            )  # fmt: skip
+                Source(
+                    key=g["source_key"],
+                    etag=g["source_etag"],
+                    software=g["software"],
+                    batches=batches,
+                    replay=True,
+                )
+            )
         return out
 
     commit_sources(
-        ingestor, sources, summary, salt="replay:" + ",".join(files),
-        replayed_files=lambda: files, carry=carry,
-    )  # fmt: skip
+        ingestor,
+        sources,
+        summary,
+        salt="replay:" + ",".join(files),
+        replayed_files=lambda: files,
+        carry=carry,
+    )
     summary.quarantined_rows += carry.num_rows
     summary.rows_read = rows.num_rows
     new = ingestor.existing_versions() - versions_before

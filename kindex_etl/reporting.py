@@ -9,11 +9,19 @@ from .pipeline import IngestSummary
 
 def object_rows(summary: IngestSummary) -> list[dict[str, Any]]:
     return [
-        {"object": r.key, "etag": r.etag, "size": r.size, "status": r.status, "rows": r.rows,
-         "runs": r.runs, "duplicates": r.duplicates, "quarantined": r.quarantined,
-         "detail": r.detail}
+        {
+            "object": r.key,
+            "etag": r.etag,
+            "size": r.size,
+            "status": r.status,
+            "rows": r.rows,
+            "runs": r.runs,
+            "duplicates": r.duplicates,
+            "quarantined": r.quarantined,
+            "detail": r.detail,
+        }
         for r in summary.objects
-    ]  # fmt: skip
+    ]
 
 
 def markdown_summary(summary: IngestSummary, *, label: str) -> str:

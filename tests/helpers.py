@@ -40,7 +40,9 @@ def row(**overrides: str) -> dict[str, str]:
     return {**seed_row(), **overrides}
 
 
-def write_csv(path: Path, rows: Iterable[Mapping[str, str]], header: Iterable[str] = UPSTREAM_COLUMNS) -> Path:
+def write_csv(
+    path: Path, rows: Iterable[Mapping[str, str]], header: Iterable[str] = UPSTREAM_COLUMNS
+) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(header))

@@ -49,11 +49,11 @@ class Catalog:
         best: dict[str, Any] | None = None
         for entry in self.gpus:
             match = entry["match"]
-            if gpu_name == match or (
-                gpu_name.startswith(match) and gpu_name[len(match)] in _SEPARATORS
-            ):
-                if best is None or len(match) > len(best["match"]):
-                    best = entry
+            if (
+                gpu_name == match
+                or (gpu_name.startswith(match) and gpu_name[len(match)] in _SEPARATORS)
+            ) and (best is None or len(match) > len(best["match"])):
+                best = entry
         if best is None:
             return None
         rest = gpu_name[len(best["match"]) :].strip(" -_")

@@ -14,24 +14,50 @@ from . import layout
 from .writers import JsonLinesWriter, ParquetTableWriter, WrittenFile
 
 PROTOCOL_SCHEMA = pa.schema(
-    [("digest", pa.string()), ("name", pa.string()), ("title", pa.string()),
-     ("metric", pa.string()), ("timed_pass", pa.string()), ("notes", pa.string()),
-     ("document", pa.string())]
-)  # fmt: skip
+    [
+        ("digest", pa.string()),
+        ("name", pa.string()),
+        ("title", pa.string()),
+        ("metric", pa.string()),
+        ("timed_pass", pa.string()),
+        ("notes", pa.string()),
+        ("document", pa.string()),
+    ]
+)
 ENVIRONMENT_SCHEMA = pa.schema(
-    [("digest", pa.string()), ("name", pa.string()), ("title", pa.string()),
-     ("vendor", pa.string()), ("product", pa.string()), ("form_factor", pa.string()),
-     ("architecture", pa.string()), ("software", pa.string()), ("document", pa.string())]
-)  # fmt: skip
+    [
+        ("digest", pa.string()),
+        ("name", pa.string()),
+        ("title", pa.string()),
+        ("vendor", pa.string()),
+        ("product", pa.string()),
+        ("form_factor", pa.string()),
+        ("architecture", pa.string()),
+        ("software", pa.string()),
+        ("document", pa.string()),
+    ]
+)
 WORKLOAD_SCHEMA = pa.schema(
-    [("digest", pa.string()), ("kernel", pa.string()), ("dtype", pa.string()),
-     ("parameters", pa.string()), ("sweep_source", pa.string()), ("sweep_value", pa.string()),
-     ("workload_slug", pa.string()), ("descriptor", pa.string())]
-)  # fmt: skip
+    [
+        ("digest", pa.string()),
+        ("kernel", pa.string()),
+        ("dtype", pa.string()),
+        ("parameters", pa.string()),
+        ("sweep_source", pa.string()),
+        ("sweep_value", pa.string()),
+        ("workload_slug", pa.string()),
+        ("descriptor", pa.string()),
+    ]
+)
 IMPLEMENTATION_SCHEMA = pa.schema(
-    [("digest", pa.string()), ("provider", pa.string()), ("kernel", pa.string()),
-     ("liger_version", pa.string()), ("descriptor", pa.string())]
-)  # fmt: skip
+    [
+        ("digest", pa.string()),
+        ("provider", pa.string()),
+        ("kernel", pa.string()),
+        ("liger_version", pa.string()),
+        ("descriptor", pa.string()),
+    ]
+)
 
 
 def _json(value: Any) -> str:
@@ -52,37 +78,51 @@ def descriptor_tables(
         if d.protocol_digest not in known and d.protocol_digest not in protocols:
             p = d.protocol
             protocols[d.protocol_digest] = {
-                "digest": d.protocol_digest, "name": p["metadata"]["name"],
-                "title": p["metadata"]["title"], "metric": d.metric,
+                "digest": d.protocol_digest,
+                "name": p["metadata"]["name"],
+                "title": p["metadata"]["title"],
+                "metric": d.metric,
                 "timed_pass": d.key.mode or "unspecified",
-                "notes": p["spec"]["comparability"]["notes"], "document": _json(p),
-            }  # fmt: skip
+                "notes": p["spec"]["comparability"]["notes"],
+                "document": _json(p),
+            }
             proto_docs[d.protocol_digest] = p
         if d.environment_digest not in known and d.environment_digest not in environments:
             e = d.environment
             hw = e["spec"]["hardware"]
             environments[d.environment_digest] = {
-                "digest": d.environment_digest, "name": e["metadata"]["name"],
-                "title": e["metadata"]["title"], "vendor": hw["vendor"], "product": hw["product"],
-                "form_factor": hw.get("formFactor"), "architecture": hw["architecture"],
-                "software": _json(e["spec"]["software"]), "document": _json(e),
-            }  # fmt: skip
+                "digest": d.environment_digest,
+                "name": e["metadata"]["name"],
+                "title": e["metadata"]["title"],
+                "vendor": hw["vendor"],
+                "product": hw["product"],
+                "form_factor": hw.get("formFactor"),
+                "architecture": hw["architecture"],
+                "software": _json(e["spec"]["software"]),
+                "document": _json(e),
+            }
             env_docs[d.environment_digest] = e
         if d.workload_digest not in known and d.workload_digest not in workloads:
             w = d.workload["spec"]
             workloads[d.workload_digest] = {
-                "digest": d.workload_digest, "kernel": w["kernel"], "dtype": w["dtype"],
-                "parameters": _json(w["parameters"]), "sweep_source": w["sweep"]["source"],
-                "sweep_value": str(w["sweep"]["value"]), "workload_slug": d.workload_slug,
+                "digest": d.workload_digest,
+                "kernel": w["kernel"],
+                "dtype": w["dtype"],
+                "parameters": _json(w["parameters"]),
+                "sweep_source": w["sweep"]["source"],
+                "sweep_value": str(w["sweep"]["value"]),
+                "workload_slug": d.workload_slug,
                 "descriptor": d.workload_canonical,
-            }  # fmt: skip
+            }
         if d.implementation_digest not in known and d.implementation_digest not in implementations:
             i = d.implementation["spec"]
             implementations[d.implementation_digest] = {
-                "digest": d.implementation_digest, "provider": i["provider"],
-                "kernel": i["kernel"], "liger_version": i["ligerVersion"],
+                "digest": d.implementation_digest,
+                "provider": i["provider"],
+                "kernel": i["kernel"],
+                "liger_version": i["ligerVersion"],
                 "descriptor": d.implementation_canonical,
-            }  # fmt: skip
+            }
 
     files: list[WrittenFile] = []
     for table, rows, schema in (

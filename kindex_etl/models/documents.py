@@ -46,7 +46,7 @@ class EnvironmentSpec(_Model):
 
 
 class ExecutionEnvironment(_Model):
-    apiVersion: ApiVersion = API_VERSION
+    apiVersion: ApiVersion = "kernelindex.dev/v1alpha1"
     kind: Literal["ExecutionEnvironment"] = "ExecutionEnvironment"
     metadata: Metadata
     spec: EnvironmentSpec
@@ -78,7 +78,7 @@ class ProtocolSpec(_Model):
 
 
 class BenchmarkProtocol(_Model):
-    apiVersion: ApiVersion = API_VERSION
+    apiVersion: ApiVersion = "kernelindex.dev/v1alpha1"
     kind: Literal["BenchmarkProtocol"] = "BenchmarkProtocol"
     metadata: Metadata
     spec: ProtocolSpec
@@ -104,7 +104,7 @@ class WorkloadSpec(_Model):
 class Workload(_Model):
     """What was computed: kernel, every shape/config parameter, dtype and the swept x."""
 
-    apiVersion: ApiVersion = API_VERSION
+    apiVersion: ApiVersion = "kernelindex.dev/v1alpha1"
     kind: Literal["Workload"] = "Workload"
     spec: WorkloadSpec
 
@@ -122,7 +122,7 @@ class ImplementationSpec(_Model):
 class Implementation(_Model):
     """Who computed it: the provider's code path in one liger-kernel release."""
 
-    apiVersion: ApiVersion = API_VERSION
+    apiVersion: ApiVersion = "kernelindex.dev/v1alpha1"
     kind: Literal["Implementation"] = "Implementation"
     spec: ImplementationSpec
 
@@ -172,7 +172,7 @@ class RunSpec(_Model):
 
 
 class BenchmarkRun(_Model):
-    apiVersion: ApiVersion = API_VERSION
+    apiVersion: ApiVersion = "kernelindex.dev/v1alpha1"
     kind: Literal["BenchmarkRun"] = "BenchmarkRun"
     metadata: Metadata
     spec: RunSpec

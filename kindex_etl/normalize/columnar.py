@@ -39,12 +39,32 @@ QUARANTINE_SCHEMA = pa.schema(
 
 # Columns that depend only on the descriptor: written dictionary-encoded.
 _DICTIONARY_FIELDS = frozenset(
-    {"series_id", "title", "metric", "kernel", "operation_mode", "provider", "gpu_name",
-     "gpu_slug", "gpu_architecture", "liger_version", "x_name", "x_label", "x_value",
-     "workload_slug", "dtype", "config", "value_unit", "protocol_digest", "workload_digest",
-     "environment_digest", "implementation_digest", "workload_descriptor",
-     "implementation_descriptor"}
-)  # fmt: skip
+    {
+        "series_id",
+        "title",
+        "metric",
+        "kernel",
+        "operation_mode",
+        "provider",
+        "gpu_name",
+        "gpu_slug",
+        "gpu_architecture",
+        "liger_version",
+        "x_name",
+        "x_label",
+        "x_value",
+        "workload_slug",
+        "dtype",
+        "config",
+        "value_unit",
+        "protocol_digest",
+        "workload_digest",
+        "environment_digest",
+        "implementation_digest",
+        "workload_descriptor",
+        "implementation_descriptor",
+    }
+)
 
 RUN_SCHEMA = pa.schema(
     [
@@ -99,12 +119,31 @@ RUN_WRITE_SCHEMA = pa.schema(
 
 # Per-descriptor columns of the runs table, in RUN_SCHEMA order.
 _DESCRIPTOR_FIELDS = (
-    "series_id", "title", "metric", "kernel", "operation_mode", "provider", "gpu_name",
-    "gpu_slug", "gpu_architecture", "liger_version", "x_name", "x_label", "x_value",
-    "workload_slug", "dtype", "config", "value_unit", "protocol_digest", "workload_digest",
-    "environment_digest", "implementation_digest", "workload_descriptor",
-    "implementation_descriptor", "known_kernel",
-)  # fmt: skip
+    "series_id",
+    "title",
+    "metric",
+    "kernel",
+    "operation_mode",
+    "provider",
+    "gpu_name",
+    "gpu_slug",
+    "gpu_architecture",
+    "liger_version",
+    "x_name",
+    "x_label",
+    "x_value",
+    "workload_slug",
+    "dtype",
+    "config",
+    "value_unit",
+    "protocol_digest",
+    "workload_digest",
+    "environment_digest",
+    "implementation_digest",
+    "workload_descriptor",
+    "implementation_descriptor",
+    "known_kernel",
+)
 
 
 def _descriptor_row(d: Descriptor) -> dict[str, Any]:
@@ -335,11 +374,11 @@ class ColumnarNormalizer:
             dtype=np.uint64,
         )
         ident = ident_ids[idents.indices.to_numpy(zero_copy_only=False)]
-        values = [
+        p50, p20, p80 = (
             pc.fill_null(runs.column(c), float("nan")).to_numpy()
             for c in ("source_p50", "source_p20", "source_p80")
-        ]
-        return keys, value_fingerprint(*values, ident)
+        )
+        return keys, value_fingerprint(p50, p20, p80, ident)
 
     def _descriptor_ids(
         self, batch: pa.RecordBatch, software: str
@@ -370,7 +409,7 @@ class ColumnarNormalizer:
         details: list[str] = []
         for i, row in enumerate(first.tolist()):
             parts = [dictionary[codes[row]] for codes, dictionary in columns]
-            key = DescriptorKey(*parts, software=software)
+            key = DescriptorKey._make([*parts, software])
             found = self.table.lookup(key)
             if isinstance(found, Rejected):
                 local_ids[i] = -1 - len(reasons)
@@ -441,13 +480,28 @@ class ColumnarNormalizer:
 
         bad_idx = np.flatnonzero(bad)
         quarantine = quarantine_table(
-            batch, bad_idx, [reason[i] or "" for i in bad_idx], [detail[i] or "" for i in bad_idx],
-            source_key, source_etag, lines, software,
-        )  # fmt: skip
+            batch,
+            bad_idx,
+            [reason[i] or "" for i in bad_idx],
+            [detail[i] or "" for i in bad_idx],
+            source_key,
+            source_etag,
+            lines,
+            software,
+        )
         return self._build(
-            good, gid, keys, fps, values, quarantine, source_key, source_etag, lines,
-            stamps, ts_codes[good],
-        )  # fmt: skip
+            good,
+            gid,
+            keys,
+            fps,
+            values,
+            quarantine,
+            source_key,
+            source_etag,
+            lines,
+            stamps,
+            ts_codes[good],
+        )
 
     def _build(
         self,
@@ -472,10 +526,13 @@ class ColumnarNormalizer:
         raw = {q: pa.array(values[q][good], pa.float64()) for q in values}
         finite = {q: pc.is_finite(raw[q]) for q in raw}
         scaled = {
-            q: pc.if_else(finite[q], pc.cast(pc.round(pc.multiply(raw[q], scale)), pa.int64(),
-                                               safe=False), None)
+            q: pc.if_else(
+                finite[q],
+                pc.cast(pc.round(pc.multiply(raw[q], scale)), pa.int64(), safe=False),
+                None,
+            )
             for q in raw
-        }  # fmt: skip
+        }
         all_finite = pc.and_(pc.and_(finite["50"], finite["20"]), finite["80"])
         status = pc.if_else(all_finite, "passed", "failed")
         ts_slug = stamps.slug.take(ts_take)
@@ -496,35 +553,50 @@ class ColumnarNormalizer:
 
         def measurement(q: str) -> pa.Array:
             return pc.binary_join_element_wise(
-                metric_word, pa.scalar(f"p{q}"), unit_word,
-                pc.cast(scaled[q], pa.string()), pa.scalar("}"), "",
-            )  # fmt: skip
+                metric_word,
+                pa.scalar(f"p{q}"),
+                unit_word,
+                pc.cast(scaled[q], pa.string()),
+                pa.scalar("}"),
+                "",
+            )
 
         # (null_handling="skip" would be neater, but pyarrow returns an empty array when every
         # input row is null, so missing points become "" and the comma is explicit.)
         both = pc.and_(finite["20"], finite["80"])
         measurements = pc.binary_join_element_wise(
-            pc.fill_null(measurement("20"), ""), pc.if_else(both, ",", ""),
-            pc.fill_null(measurement("80"), ""), "",
-        )  # fmt: skip
+            pc.fill_null(measurement("20"), ""),
+            pc.if_else(both, ",", ""),
+            pc.fill_null(measurement("80"), ""),
+            "",
+        )
         median = pc.cast(scaled["50"], pa.string())
         memory_block = pc.fill_null(
             pc.if_else(
-                is_speed, "",
+                is_speed,
+                "",
                 pc.binary_join_element_wise(
-                    pa.scalar('"memory":{"peakBytes":{"median":'), median,
-                    pa.scalar('},"primaryStatistic":"median"},'), ""),
-            ), "",
-        )  # fmt: skip
+                    pa.scalar('"memory":{"peakBytes":{"median":'),
+                    median,
+                    pa.scalar('},"primaryStatistic":"median"},'),
+                    "",
+                ),
+            ),
+            "",
+        )
         timing_block = pc.fill_null(
             pc.if_else(
                 is_speed,
                 pc.binary_join_element_wise(
-                    pa.scalar('"timing":{"latencyNs":{"median":'), median,
-                    pa.scalar('},"primaryStatistic":"median"},'), ""),
+                    pa.scalar('"timing":{"latencyNs":{"median":'),
+                    median,
+                    pa.scalar('},"primaryStatistic":"median"},'),
+                    "",
+                ),
                 "",
-            ), "",
-        )  # fmt: skip
+            ),
+            "",
+        )
         prefix = pc.if_else(is_speed, '"ms_', '"mb_')
         metric_parts = []
         for q in ("20", "50", "80"):
@@ -534,12 +606,25 @@ class ColumnarNormalizer:
             )
         metrics = pc.binary_join_element_wise(*metric_parts, ",")
         json_lines = pc.binary_join_element_wise(
-            cols["frag_head"].take(take), names, cols["frag_middle"].take(take), measurements,
-            pa.scalar("],"), memory_block, pa.scalar('"observedAt":"'), observed,
-            cols["frag_source"].take(take), ts_slug, pa.scalar('","metrics":{'), metrics,
-            pa.scalar('},"source":"liger-kernel-bench"},"status":"'), status, pa.scalar('",'),
-            timing_block, cols["frag_tail"].take(take), "",
-        )  # fmt: skip
+            cols["frag_head"].take(take),
+            names,
+            cols["frag_middle"].take(take),
+            measurements,
+            pa.scalar("],"),
+            memory_block,
+            pa.scalar('"observedAt":"'),
+            observed,
+            cols["frag_source"].take(take),
+            ts_slug,
+            pa.scalar('","metrics":{'),
+            metrics,
+            pa.scalar('},"source":"liger-kernel-bench"},"status":"'),
+            status,
+            pa.scalar('",'),
+            timing_block,
+            cols["frag_tail"].take(take),
+            "",
+        )
 
         table_cols: dict[str, Any] = {}
         codes = pa.array(gid, pa.int32())

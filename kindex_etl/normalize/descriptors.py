@@ -98,7 +98,8 @@ class Descriptor:
 @cache
 def _protocol_catalog() -> dict[str, Any]:
     text = resources.files("kindex_etl.catalog").joinpath("protocols.json").read_text("utf-8")
-    return json.loads(text)  # type: ignore[no-any-return]
+    catalog: dict[str, Any] = json.loads(text)
+    return catalog
 
 
 def parse_scalar(text: str) -> int | float | str:
@@ -188,6 +189,7 @@ def _workload(catalog: Catalog, key: DescriptorKey) -> tuple[Workload, str, str 
         config = {}
     kernel = catalog.kernel(key.kernel)
     raw_dtype = config.pop("dtype", None)
+    dtype: str | None
     if raw_dtype is not None:
         dtype = catalog.dtype(str(raw_dtype)) or compact(str(raw_dtype))
     else:
@@ -371,7 +373,9 @@ def _check_fields(key: DescriptorKey) -> None:
             raise Rejected("bad_identifier", f"{column} {value!r} is not a plain identifier")
     units = metric_units()
     if key.metric not in units:
-        raise Rejected("unknown_metric", f"metric_name {key.metric!r} is not one of {sorted(units)}")
+        raise Rejected(
+            "unknown_metric", f"metric_name {key.metric!r} is not one of {sorted(units)}"
+        )
     if key.unit != units[key.metric]:
         raise Rejected(
             "unknown_metric", f"{key.metric} in {key.unit!r}, expected {units[key.metric]!r}"
@@ -379,7 +383,9 @@ def _check_fields(key: DescriptorKey) -> None:
     try:
         Version(key.liger_version)
     except InvalidVersion:
-        raise Rejected("bad_version", f"liger_version {key.liger_version!r} is not PEP 440") from None
+        raise Rejected(
+            "bad_version", f"liger_version {key.liger_version!r} is not PEP 440"
+        ) from None
 
 
 def resolve(catalog: Catalog, key: DescriptorKey) -> Descriptor:

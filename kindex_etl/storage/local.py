@@ -14,7 +14,6 @@ from typing import BinaryIO
 
 from .base import NotFound, ObjectInfo, PreconditionFailed, StorageError, check_key
 
-
 # delete() prunes empty folders, so a folder just made for a new file can vanish before the
 # file lands in it when another process deletes at the same time; making it again settles it.
 _PRUNE_RETRIES = 5
@@ -56,10 +55,7 @@ class LocalStore:
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         keys: list[tuple[str, Path]] = []
         # Walk only the folder the prefix names: listing `_kindex/log/` must not walk the data.
-        if "/" in prefix:
-            start = self._path(prefix.rsplit("/", 1)[0])
-        else:
-            start = self.root
+        start = self._path(prefix.rsplit("/", 1)[0]) if "/" in prefix else self.root
         for dirpath, dirnames, filenames in os.walk(start):
             dirnames.sort()
             for name in filenames:

@@ -22,7 +22,9 @@ from kindex_etl.replay import open_quarantine, replay
 from tests.helpers import SAMPLE_CSV, documents, row, seed_row, table, tree_digest, write_csv
 
 SPEED_ID = re.compile(r"^[a-z0-9_]+/[a-z]+/[a-z0-9_-]+/[a-z0-9-]+/[a-z0-9.+-]+/\d{4}(-\d{2}){5}$")
-MEMORY_ID = re.compile(r"^[a-z0-9_]+/[a-z]+/[a-z0-9_-]+/[a-z0-9-]+/[a-z0-9.+-]+/memory/\d{4}(-\d{2}){5}$")
+MEMORY_ID = re.compile(
+    r"^[a-z0-9_]+/[a-z]+/[a-z0-9_-]+/[a-z0-9-]+/[a-z0-9.+-]+/memory/\d{4}(-\d{2}){5}$"
+)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +58,10 @@ def test_every_stored_digest_recomputes(sample_warehouse):
     _, warehouse, _ = sample_warehouse
     protocols = {digest(d): d for d in documents(warehouse, "benchmark_protocols")}
     environments = {digest(d): d for d in documents(warehouse, "execution_environments")}
-    for name, docs in (("benchmark_protocols", protocols), ("execution_environments", environments)):
+    for name, docs in (
+        ("benchmark_protocols", protocols),
+        ("execution_environments", environments),
+    ):
         rows = table(warehouse, name).to_pylist()
         assert {r["digest"] for r in rows} == set(docs)
         for r in rows:
@@ -109,8 +114,14 @@ def test_parquet_reads_back_with_pyarrow_duckdb_and_pandas(sample_warehouse):
 
 def test_runs_that_differ_only_in_provider_share_digests(tmp_path):
     upstream, warehouse = tmp_path / "up", tmp_path / "wh"
-    write_csv(upstream / "a.csv", [seed_row(), row(kernel_provider="liger"),
-                                   row(liger_version="0.8.1", timestamp="2026-07-01 08:00:00")])
+    write_csv(
+        upstream / "a.csv",
+        [
+            seed_row(),
+            row(kernel_provider="liger"),
+            row(liger_version="0.8.1", timestamp="2026-07-01 08:00:00"),
+        ],
+    )
     ingest(str(upstream), str(warehouse))
     runs = table(warehouse, "benchmark_runs").to_pylist()
     assert len(runs) == 3
@@ -169,10 +180,17 @@ def test_bad_rows_and_files_are_set_aside_with_reasons(tmp_path):
     assert summary.runs_written == 2
     assert summary.objects_rejected == 2
     assert summary.quarantined_by_reason == {
-        "unknown_gpu": 1, "bad_timestamp": 1, "bad_value": 1, "bad_config": 1,
-        "bad_version": 1, "unknown_metric": 1, "bad_identifier": 1, "malformed_row": 1,
-        "bad_header": 1, "empty_file": 1,
-    }  # fmt: skip
+        "unknown_gpu": 1,
+        "bad_timestamp": 1,
+        "bad_value": 1,
+        "bad_config": 1,
+        "bad_version": 1,
+        "unknown_metric": 1,
+        "bad_identifier": 1,
+        "malformed_row": 1,
+        "bad_header": 1,
+        "empty_file": 1,
+    }
     assert summary.quarantined_rows == 10
     held = open_quarantine(str(warehouse)).to_pylist()
     assert len(held) == 10
@@ -210,17 +228,27 @@ def test_nan_points_are_failed_runs_not_dropped(tmp_path):
 
 def test_memory_runs_are_bytes_and_never_collide_with_speed(tmp_path):
     upstream, warehouse = tmp_path / "up", tmp_path / "wh"
-    memory = row(metric_name="memory", metric_unit="MB", y_value_50="1536.5", y_value_20="1536.5",
-                 y_value_80="1537")  # fmt: skip
+    memory = row(
+        metric_name="memory",
+        metric_unit="MB",
+        y_value_50="1536.5",
+        y_value_20="1536.5",
+        y_value_80="1537",
+    )
     write_csv(upstream / "a.csv", [seed_row(), memory])
     ingest(str(upstream), str(warehouse))
-    docs = {d["spec"]["sourceNative"]["externalId"]: d for d in documents(warehouse, "benchmark_runs")}
+    docs = {
+        d["spec"]["sourceNative"]["externalId"]: d for d in documents(warehouse, "benchmark_runs")
+    }
     assert len(docs) == 2
     mem = next(d for k, d in docs.items() if "/memory/" in k)
     assert mem["spec"]["memory"]["peakBytes"]["median"] == int(1536.5 * 1048576)
     assert mem["spec"]["measurements"][1] == {
-        "metric": "peak_memory", "statistic": "p80", "unit": "bytes", "value": 1537 * 1048576,
-    }  # fmt: skip
+        "metric": "peak_memory",
+        "statistic": "p80",
+        "unit": "bytes",
+        "value": 1537 * 1048576,
+    }
     assert mem["spec"]["sourceNative"]["metrics"]["mb_50"] == 1536.5
     protocols = {d["metadata"]["name"] for d in documents(warehouse, "benchmark_protocols")}
     assert protocols == {"liger-bench-do-bench-full", "liger-bench-peak-memory-full"}
@@ -239,8 +267,16 @@ def test_replay_after_catalog_update(tmp_path):
     catalog_dir = tmp_path / "catalog"
     catalog_dir.mkdir()
     gpus = json.loads((Path(load_catalog.__code__.co_filename).parent / "gpus.json").read_text())
-    gpus["gpus"].append({"match": "NVIDIA Z9000", "vendor": "nvidia", "product": "NVIDIA Z9000",
-                         "architecture": "sm_200", "family": "Future", "segment": "datacenter"})  # fmt: skip
+    gpus["gpus"].append(
+        {
+            "match": "NVIDIA Z9000",
+            "vendor": "nvidia",
+            "product": "NVIDIA Z9000",
+            "architecture": "sm_200",
+            "family": "Future",
+            "segment": "datacenter",
+        }
+    )
     (catalog_dir / "gpus.json").write_text(json.dumps(gpus))
     fixed = replay(str(warehouse), catalog=load_catalog(catalog_dir))
     assert fixed.runs_written == 1
