@@ -388,12 +388,10 @@ class ColumnarNormalizer:
         # than hashing the joined strings, and keys are rebuilt from one row per group.
         combined: np.ndarray | None = None
         size = 1
-        columns = []
         for name in KEY_COLUMNS:
             encoded = batch.column(name).dictionary_encode()
             codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
             width = max(len(encoded.dictionary), 1)
-            columns.append((codes, encoded.dictionary.to_pylist()))
             if combined is None:
                 combined, size = codes, width
                 continue
@@ -404,13 +402,13 @@ class ColumnarNormalizer:
             size *= width
         assert combined is not None
         _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+        representatives = batch.take(pa.array(first, pa.int64()))
+        values = [representatives.column(name).to_pylist() for name in KEY_COLUMNS]
         local_ids = np.empty(len(first), dtype=np.int64)
         reasons: list[str] = []
         details: list[str] = []
-        for i, row in enumerate(first.tolist()):
-            parts = [dictionary[codes[row]] for codes, dictionary in columns]
-            key = DescriptorKey._make([*parts, software])
-            found = self.table.lookup(key)
+        for i, parts in enumerate(zip(*values, strict=True)):
+            found = self.table.lookup(DescriptorKey._make((*parts, software)))
             if isinstance(found, Rejected):
                 local_ids[i] = -1 - len(reasons)
                 reasons.append(found.reason)
