@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 
@@ -51,11 +51,53 @@ def _human_summary(s: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _check_urls(upstream: str, warehouse: str) -> str | None:
+    """Fail fast, before Prefect starts, on a missing upstream or an unusable warehouse."""
+    from kindex_etl.storage import StorageError, open_store
+
+    try:
+        open_store(upstream)
+        open_store(warehouse, create=True)
+    except (StorageError, ValueError, OSError) as exc:
+        return str(exc)
+    return None
+
+
+def _prestart_prefect() -> Callable[[], None]:
+    """Start Prefect's ephemeral API server in the background; returns a join function.
+
+    Without a configured API, the first flow run starts a local server subprocess (seconds):
+    starting it while this process imports the pipeline's libraries hides part of that.
+    """
+    import threading
+
+    if os.environ.get("PREFECT_API_URL"):
+        return lambda: None
+
+    def start() -> None:
+        try:
+            from prefect.server.api.server import SubprocessASGIServer
+
+            SubprocessASGIServer().start()
+        except Exception:  # noqa: S110 - the flow run starts it again and reports the error
+            pass
+
+    thread = threading.Thread(target=start, name="prefect-prestart", daemon=True)
+    thread.start()
+    return thread.join
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     from kindex_etl.storage import StorageError
 
+    problem = _check_urls(args.upstream, args.warehouse)
+    if problem:
+        return _fail(problem)
     _quiet_prefect()
+    join = _prestart_prefect()
     from flows.ingest import ingest_flow
+
+    join()
 
     try:
         state = ingest_flow(
@@ -92,12 +134,17 @@ def cmd_backfill(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if args.dry_run:
         objects = summary["objects"]
-        human = "\n".join(
-            [f"{o['key']}  etag={o['etag']}  size={o['size']}" + (f"  ({o['detail']})" if o["detail"] else "")
-             for o in objects]
-            + [f"dry run: {len(objects)} object(s), {sum(o['size'] for o in objects)} bytes "
-               "would be re-ingested; nothing was changed"]
-        )  # fmt: skip
+        lines = [
+            f"{o['key']}  etag={o['etag']}  size={o['size']}"
+            + (f"  ({o['detail']})" if o["detail"] else "")
+            for o in objects
+        ]
+        total = sum(o["size"] for o in objects)
+        lines.append(
+            f"dry run: {len(objects)} object(s), {total} bytes would be re-ingested; "
+            "nothing was changed"
+        )
+        human = "\n".join(lines)
     else:
         human = _human_summary(summary)
     _emit(summary, args.json, human)
@@ -187,7 +234,7 @@ def cmd_reruns(args: argparse.Namespace) -> int:
         print(f"{r.get('version')}: {r.get('state')} (requested {r.get('requestedAt')}){run}")
         if r.get("error"):
             print(f"  error: {r['error']}")
-        if r.get("state") in ("manual", "requested", "failed-to-start", "failed"):
+        if r.get("state") in ("manual", "announced", "requested", "failed-to-start", "failed"):
             print(f"  run it with: {r.get('howToRun')}")
     print(f"{len(records)} re-run request(s)")
     return 0
@@ -221,17 +268,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first commit of benchmarks/commits.txt to take (included)")  # fmt: skip
     p.add_argument("--to-commit", default=None, help="last commit to take (included)")
     p.add_argument("--min-version", default=None,
-                   help="only release folders <sha>-<tag> whose tag is >= this version")  # fmt: skip
+                   help="only release folders <sha>-<tag> with tag >= this version")  # fmt: skip
     p.add_argument("--max-version", default=None, help="... and <= this version")
     p.add_argument("--since", default=None,
-                   help="objects last modified at or after this ISO time (UTC if no zone)")  # fmt: skip
+                   help="objects modified at/after this ISO time (UTC if no zone)")  # fmt: skip
     p.add_argument("--until", default=None, help="objects last modified before this ISO time")
     p.add_argument("--objects-per-batch", type=int, default=32,
                    help="objects per commit batch (progress is reported per batch)")  # fmt: skip
     p.add_argument("--dry-run", action="store_true",
-                   help="list the objects (key, etag, size) that would be re-ingested; change nothing")  # fmt: skip
+                   help="list the objects (key, etag, size); change nothing")  # fmt: skip
     p.add_argument("--trigger", action="store_true",
-                   help="request GPU re-runs for versions new to the warehouse (off by default)")  # fmt: skip
+                   help="request GPU re-runs for versions new to the warehouse")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
     p.set_defaults(func=cmd_backfill)
 
