@@ -22,6 +22,7 @@ from .descriptors import KEY_COLUMNS, Descriptor, DescriptorKey, Rejected, Resol
 from .rows import NUMBER, TIMESTAMP, UPSTREAM_COLUMNS
 
 MIB = float(1 << 20)
+_JSON_NUMBER = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$"
 _EPOCH_LIMIT = 1 << 32
 
 # Raw upstream columns are kept on quarantined rows so they can be replayed verbatim.
@@ -238,7 +239,9 @@ class DescriptorTable:
             cols["name_prefix"] = pa.array(
                 [d.name_prefix for d in self.descriptors], type=pa.string()
             )
-            cols["is_speed"] = pa.array([d.metric == "speed" for d in self.descriptors])
+            cols["is_speed"] = pa.array(
+                [d.metric == "speed" for d in self.descriptors], type=pa.bool_()
+            )
             self._columns, self._size = cols, len(self.descriptors)
         return self._columns
 
@@ -487,19 +490,12 @@ class ColumnarNormalizer:
             lines,
             software,
         )
+        good_rows = pa.array(good, pa.int64())
+        sources = {q: batch.column(f"y_value_{q}").take(good_rows) for q in values}
         return self._build(
-            good,
-            gid,
-            keys,
-            fps,
-            values,
-            quarantine,
-            source_key,
-            source_etag,
-            lines,
-            stamps,
-            ts_codes[good],
-        )
+            good, gid, keys, fps, values, quarantine, source_key, source_etag, lines,
+            stamps, ts_codes[good], sources,
+        )  # fmt: skip
 
     def _build(
         self,
@@ -514,6 +510,7 @@ class ColumnarNormalizer:
         lines: np.ndarray,
         stamps: Timestamps,
         ts_codes: np.ndarray,
+        sources: dict[str, pa.Array],
     ) -> NormalizedBatch:
         cols = self.table.columns()
         take = pa.array(gid, pa.int64())
@@ -543,85 +540,8 @@ class ColumnarNormalizer:
         )
         external = pc.binary_join_element_wise(cols["series_id"].take(take), ts_slug, "/")
 
-        # JSON: measurements, memory/timing blocks and metrics, each a string column.
-        metric_word = pc.if_else(
-            is_speed, '{"metric":"latency","statistic":"', '{"metric":"peak_memory","statistic":"'
-        )
-        unit_word = pc.if_else(is_speed, '","unit":"ns","value":', '","unit":"bytes","value":')
-
-        def measurement(q: str) -> pa.Array:
-            return pc.binary_join_element_wise(
-                metric_word,
-                pa.scalar(f"p{q}"),
-                unit_word,
-                pc.cast(scaled[q], pa.string()),
-                pa.scalar("}"),
-                "",
-            )
-
-        # (null_handling="skip" would be neater, but pyarrow returns an empty array when every
-        # input row is null, so missing points become "" and the comma is explicit.)
-        both = pc.and_(finite["20"], finite["80"])
-        measurements = pc.binary_join_element_wise(
-            pc.fill_null(measurement("20"), ""),
-            pc.if_else(both, ",", ""),
-            pc.fill_null(measurement("80"), ""),
-            "",
-        )
-        median = pc.cast(scaled["50"], pa.string())
-        memory_block = pc.fill_null(
-            pc.if_else(
-                is_speed,
-                "",
-                pc.binary_join_element_wise(
-                    pa.scalar('"memory":{"peakBytes":{"median":'),
-                    median,
-                    pa.scalar('},"primaryStatistic":"median"},'),
-                    "",
-                ),
-            ),
-            "",
-        )
-        timing_block = pc.fill_null(
-            pc.if_else(
-                is_speed,
-                pc.binary_join_element_wise(
-                    pa.scalar('"timing":{"latencyNs":{"median":'),
-                    median,
-                    pa.scalar('},"primaryStatistic":"median"},'),
-                    "",
-                ),
-                "",
-            ),
-            "",
-        )
-        prefix = pc.if_else(is_speed, '"ms_', '"mb_')
-        metric_parts = []
-        for q in ("20", "50", "80"):
-            number = pc.fill_null(pc.if_else(finite[q], pc.cast(raw[q], pa.string()), None), "null")
-            metric_parts.append(
-                pc.binary_join_element_wise(prefix, pa.scalar(f'{q}":'), number, "")
-            )
-        metrics = pc.binary_join_element_wise(*metric_parts, ",")
-        json_lines = pc.binary_join_element_wise(
-            cols["frag_head"].take(take),
-            names,
-            cols["frag_middle"].take(take),
-            measurements,
-            pa.scalar("],"),
-            memory_block,
-            pa.scalar('"observedAt":"'),
-            observed,
-            cols["frag_source"].take(take),
-            ts_slug,
-            pa.scalar('","metrics":{'),
-            metrics,
-            pa.scalar('},"source":"liger-kernel-bench"},"status":"'),
-            status,
-            pa.scalar('",'),
-            timing_block,
-            cols["frag_tail"].take(take),
-            "",
+        json_lines = self._json_lines(
+            cols, take, is_speed, names, observed, ts_slug, status, raw, finite, scaled, sources
         )
 
         table_cols: dict[str, Any] = {}
@@ -664,3 +584,82 @@ class ColumnarNormalizer:
             fingerprints=fps,
             good=good,
         )
+
+    @staticmethod
+    def _json_lines(
+        cols: dict[str, pa.Array],
+        take: pa.Array,
+        is_speed: pa.Array,
+        names: pa.Array,
+        observed: pa.Array,
+        ts_slug: pa.Array,
+        status: pa.Array,
+        raw: dict[str, pa.Array],
+        finite: dict[str, pa.Array],
+        scaled: dict[str, pa.Array],
+        sources: dict[str, pa.Array],
+    ) -> pa.Array:
+        """One BenchmarkRun document per row, keys in RFC 8785 order, ending in a newline.
+
+        A single join of per-descriptor fragments, per-row values, and pieces that are empty
+        where a point is missing: one pass over the output bytes.
+        """
+        is_memory = pc.invert(is_speed)
+        has_median = finite["50"]
+
+        def when(mask: pa.Array, text: str) -> pa.Array:
+            return pc.if_else(mask, text, "")
+
+        def numbers(q: str) -> pa.Array:
+            # Upstream writes Python's repr of each float, already a JSON number that reads
+            # back as the same double: reuse the text, cast only what is not.
+            valid = pc.and_(pc.match_substring_regex(sources[q], _JSON_NUMBER), finite[q])
+            text = sources[q]
+            if not pc.all(valid).as_py():
+                text = pc.if_else(valid, text, pc.cast(raw[q], pa.string()))
+            return pc.if_else(finite[q], text, "null")
+
+        integer = {q: pc.fill_null(pc.cast(scaled[q], pa.string()), "") for q in scaled}
+        opening = {
+            q: pc.if_else(
+                finite[q],
+                pc.if_else(
+                    is_speed,
+                    f'{{"metric":"latency","statistic":"p{q}","unit":"ns","value":',
+                    f'{{"metric":"peak_memory","statistic":"p{q}","unit":"bytes","value":',
+                ),
+                "",
+            )
+            for q in ("20", "80")
+        }
+        stats_close = '},"primaryStatistic":"median"},'
+        memory_on = pc.and_(is_memory, has_median)
+        timing_on = pc.and_(is_speed, has_median)
+        return pc.binary_join_element_wise(
+            cols["frag_head"].take(take),
+            names,
+            cols["frag_middle"].take(take),
+            opening["20"], integer["20"], when(finite["20"], "}"),
+            when(pc.and_(finite["20"], finite["80"]), ","),
+            opening["80"], integer["80"], when(finite["80"], "}"),
+            pa.scalar("],"),
+            when(memory_on, '"memory":{"peakBytes":{"median":'),
+            pc.if_else(memory_on, integer["50"], ""),
+            when(memory_on, stats_close),
+            pa.scalar('"observedAt":"'),
+            observed,
+            cols["frag_source"].take(take),
+            ts_slug,
+            pa.scalar('","metrics":{'),
+            pc.if_else(is_speed, '"ms_20":', '"mb_20":'), numbers("20"),
+            pc.if_else(is_speed, ',"ms_50":', ',"mb_50":'), numbers("50"),
+            pc.if_else(is_speed, ',"ms_80":', ',"mb_80":'), numbers("80"),
+            pa.scalar('},"source":"liger-kernel-bench"},"status":"'),
+            status,
+            pa.scalar('",'),
+            when(timing_on, '"timing":{"latencyNs":{"median":'),
+            pc.if_else(timing_on, integer["50"], ""),
+            when(timing_on, stats_close),
+            cols["frag_tail"].take(take),
+            "",
+        )  # fmt: skip

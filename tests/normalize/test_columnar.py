@@ -1,0 +1,90 @@
+"""The fast columnar normalizer agrees with the per-row reference, document for document."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pytest
+
+from kindex_etl.catalog import default_catalog
+from kindex_etl.demo import sample_rows
+from kindex_etl.models import BenchmarkRun
+from kindex_etl.normalize.columnar import ColumnarNormalizer
+from kindex_etl.normalize.descriptors import Rejected
+from kindex_etl.normalize.rows import UPSTREAM_COLUMNS, normalize_row
+from tests.helpers import SAMPLE_CSV, row, seed_row
+
+EDGE_ROWS = [
+    seed_row(),
+    row(y_value_50="nan", y_value_20="nan", y_value_80="nan"),
+    row(y_value_20="inf", timestamp="2026-06-10 21:03:43"),
+    row(y_value_80="nan", timestamp="2026-06-10 21:03:44"),
+    row(y_value_50=".5", y_value_20="5", y_value_80="1e-05", timestamp="2026-06-10 21:03:45"),
+    row(metric_name="memory", metric_unit="MB", y_value_50="1024.25", y_value_20="nan"),
+    row(kernel_name="never_seen", extra_benchmark_config_str="", kernel_operation_mode=""),
+    row(extra_benchmark_config_str='{"B": 1, "S": 4096, "dtype": "torch.float16", "eps": 1e-06}'),
+    row(x_value="llama_3_8b", x_name="model", x_label="model config"),
+    row(kernel_name="x" * 120, timestamp="2026-06-10 21:03:46"),
+]
+
+
+def _batch(rows: list[dict[str, str]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict(
+        {c: pa.array([r[c] for r in rows], pa.string()) for c in UPSTREAM_COLUMNS}
+    )
+
+
+def _check_agrees(rows: list[dict[str, str]]) -> int:
+    catalog = default_catalog()
+    normalizer = ColumnarNormalizer(catalog)
+    batch = _batch(rows)
+    out = normalizer.normalize(
+        batch, source_key="k", source_etag="e", lines=np.arange(2, len(rows) + 2)
+    )
+    lines = out.json_lines.to_pylist()
+    assert all(line.endswith("\n") for line in lines)
+    expected = []
+    for r in rows:
+        try:
+            expected.append(normalize_row(catalog, r).run)
+        except Rejected:
+            continue
+    assert len(lines) == len(expected) == out.runs.num_rows
+    for line, reference in zip(lines, expected, strict=True):
+        document = json.loads(line)
+        assert document == reference
+        assert BenchmarkRun.model_validate(document).document() == reference
+    ids = out.runs.column("external_id").to_pylist()
+    assert ids == [d["spec"]["sourceNative"]["externalId"] for d in expected]
+    return len(lines)
+
+
+def test_edge_rows_agree_with_the_reference():
+    assert _check_agrees(EDGE_ROWS) == len(EDGE_ROWS)
+
+
+def test_metadata_name_is_cut_at_100_characters():
+    normalizer = ColumnarNormalizer(default_catalog())
+    out = normalizer.normalize(
+        _batch([EDGE_ROWS[-1]]), source_key="k", source_etag="e", lines=np.array([2])
+    )
+    [name] = out.runs.column("name").to_pylist()
+    assert len(name) <= 100 and not name.endswith("-")
+
+
+def test_generated_sample_agrees():
+    assert _check_agrees(sample_rows()) == len(sample_rows())
+
+
+def test_upstream_sample_agrees():
+    if not SAMPLE_CSV.exists():
+        pytest.skip("../shared/upstream-sample is not beside this checkout")
+    types = {c: pa.string() for c in UPSTREAM_COLUMNS}
+    table = pcsv.read_csv(
+        SAMPLE_CSV,
+        convert_options=pcsv.ConvertOptions(column_types=types, strings_can_be_null=False),
+    )
+    assert _check_agrees(table.to_pylist()) == 2448
