@@ -16,9 +16,11 @@ States:
 - `started`     `run_deployment(..., timeout=0)` created a flow run (`flowRunId`); not awaited.
 - `failed-to-start`  run_deployment raised; `error` says why (type and message, credentials
                 masked). The record still blocks a second automatic trigger: run `howToRun`.
+- `announced`   a Prefect API is configured but no deployment (KINDEX_RERUN_DEPLOYMENT=""): the
+                event was emitted for an automation to act on; nothing was started here.
 - `manual`      no Prefect API is configured (the embedded default: the ephemeral server lives
-                only as long as this process, and no worker could pick a run up), or no
-                deployment is configured (KINDEX_RERUN_DEPLOYMENT=""): run `howToRun` by hand.
+                only as long as this process, and no worker could pick a run up): no event, no
+                run; run `howToRun` by hand.
 - `succeeded` / `failed`  set by the re-run itself when it was given the warehouse.
 
 "A Prefect API is configured" means Prefect's PREFECT_API_URL setting is non-empty (from the
@@ -44,7 +46,9 @@ from .rules import decide, is_requestable, parse
 
 EVENT_NAME = "kindex.liger_version.released"
 RESOURCE_PREFIX = "kindex.liger-version."
-STATES = ("requested", "started", "failed-to-start", "manual", "succeeded", "failed")
+STATES = (
+    "requested", "started", "failed-to-start", "announced", "manual", "succeeded", "failed"
+)  # fmt: skip
 
 RunDeployment = Callable[..., Any]
 EmitEvent = Callable[..., Any]
@@ -204,32 +208,14 @@ def request_rerun(
     except PreconditionFailed:
         return None  # another ingest (or an earlier attempt of this one) already asked
 
-    if not api_url or not deployment:
+    if not api_url:
         record["state"] = "manual"
     else:
         record["eventId"] = _emit(record, emit_event)
-        parameters: dict[str, Any] = {"liger_version": version, "warehouse": store.url}
-        if upstream:
-            parameters["upstream"] = upstream
-        try:
-            start: RunDeployment
-            if run_deployment is not None:
-                start = run_deployment
-            else:
-                from prefect.deployments import run_deployment as start
-            flow_run = start(
-                deployment,
-                parameters=parameters,
-                timeout=0,
-                idempotency_key=f"kindex-rerun-{store.url}-{version}",
-                as_subflow=False,
-            )
-            record["state"] = "started"
-            record["flowRunId"] = str(flow_run.id)
-            record["flowRunName"] = getattr(flow_run, "name", None)
-        except Exception as exc:  # any failure to start is recorded, never raised into the ingest
-            record["state"] = "failed-to-start"
-            record["error"] = safe_error(exc)
+        if not deployment:
+            record["state"] = "announced"
+        else:
+            _start(record, deployment, store.url, upstream, run_deployment)
     record["updatedAt"] = utcnow()
     try:
         store.put_bytes(record_key(version), _dump(record), if_match=etag)
@@ -238,6 +224,39 @@ def request_rerun(
         changes = {k: record[k] for k in ("state", "flowRunId", "flowRunName", "eventId", "error")}
         update_record(store, version, **changes)
     return record
+
+
+def _start(
+    record: dict[str, Any],
+    deployment: str,
+    warehouse_url: str,
+    upstream: str | None,
+    run_deployment: RunDeployment | None,
+) -> None:
+    """run_deployment(..., timeout=0); the outcome goes into `record` (never raises)."""
+    version = record["version"]
+    parameters: dict[str, Any] = {"liger_version": version, "warehouse": warehouse_url}
+    if upstream:
+        parameters["upstream"] = upstream
+    try:
+        start: RunDeployment
+        if run_deployment is not None:
+            start = run_deployment
+        else:
+            from prefect.deployments import run_deployment as start
+        flow_run = start(
+            deployment,
+            parameters=parameters,
+            timeout=0,
+            idempotency_key=f"kindex-rerun-{warehouse_url}-{version}",
+            as_subflow=False,
+        )
+        record["state"] = "started"
+        record["flowRunId"] = str(flow_run.id)
+        record["flowRunName"] = getattr(flow_run, "name", None)
+    except Exception as exc:  # any failure to start is recorded, never raised into the ingest
+        record["state"] = "failed-to-start"
+        record["error"] = safe_error(exc)
 
 
 def _emit(record: dict[str, Any], emit_event: EmitEvent | None) -> str | None:

@@ -1,0 +1,105 @@
+"""Fixtures for the GPU re-run tests, all on CPU and on 127.0.0.1.
+
+`standin_sdist` packs tests/rerun/standin_sdist/ (a STAND-IN for the liger-kernel sdist, named
+liger_kernel-9.9.9: its benchmark scripts write rows in the upstream schema without a GPU) into
+a tar.gz. `fake_pypi` serves a PyPI-like JSON API and the file from a tiny http.server.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import json
+import tarfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+STANDIN_DIR = Path(__file__).parent / "standin_sdist"
+STANDIN_VERSION = "9.9.9"
+STANDIN_ROOT = f"liger_kernel-{STANDIN_VERSION}"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def build_standin_sdist(dest: Path) -> Path:
+    """tests/rerun/standin_sdist/liger_kernel-9.9.9 as `dest/liger_kernel-9.9.9.tar.gz`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    out = dest / f"{STANDIN_ROOT}.tar.gz"
+
+    def clean(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        return None if "__pycache__" in info.name else info
+
+    # Real sdists carry src/liger_kernel.egg-info/PKG-INFO (importlib.metadata reads the version
+    # there). The repository's .gitignore drops *.egg-info/, so it is added here from PKG-INFO.
+    pkg_info = (STANDIN_DIR / STANDIN_ROOT / "PKG-INFO").read_bytes()
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(STANDIN_DIR / STANDIN_ROOT, arcname=STANDIN_ROOT, filter=clean)
+        info = tarfile.TarInfo(f"{STANDIN_ROOT}/src/liger_kernel.egg-info/PKG-INFO")
+        info.size = len(pkg_info)
+        info.mode = 0o644
+        tar.addfile(info, io.BytesIO(pkg_info))
+    return out
+
+
+@pytest.fixture
+def standin_sdist(tmp_path: Path) -> Path:
+    return build_standin_sdist(tmp_path / "dist")
+
+
+@dataclass
+class FakePyPI:
+    url: str  # the JSON API base, as KINDEX_PYPI_URL
+    sdist: Path
+    sha256: str
+    requests: list[str] = field(default_factory=list)
+    advertised_sha256: str | None = None  # what the JSON says, if not the truth
+
+
+@pytest.fixture
+def fake_pypi(standin_sdist: Path) -> Iterator[FakePyPI]:
+    sha = hashlib.sha256(standin_sdist.read_bytes()).hexdigest()
+    state = FakePyPI(url="", sdist=standin_sdist, sha256=sha)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            state.requests.append(self.path)
+            port = self.server.server_address[1]
+            if self.path == f"/pypi/liger-kernel/{STANDIN_VERSION}/json":
+                body = json.dumps(
+                    {
+                        "urls": [
+                            {"packagetype": "bdist_wheel", "url": "http://127.0.0.1/none.whl"},
+                            {
+                                "packagetype": "sdist",
+                                "url": f"http://127.0.0.1:{port}/files/{standin_sdist.name}",
+                                "digests": {"sha256": state.advertised_sha256 or sha},
+                            },
+                        ]
+                    }
+                ).encode()
+            elif self.path == f"/files/{standin_sdist.name}":
+                body = standin_sdist.read_bytes()
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/pypi"
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
