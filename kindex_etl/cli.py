@@ -116,11 +116,18 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from kindex_etl.storage import StorageError
+    from kindex_etl.config import settings
+    from kindex_etl.storage import StorageError, open_store
 
+    try:  # fail fast on a missing upstream; the warehouse is not created here (dry runs)
+        open_store(args.upstream or settings().upstream)
+    except (StorageError, ValueError, OSError) as exc:
+        return _fail(str(exc))
     _quiet_prefect()
+    join = _prestart_prefect()
     from flows.backfill import backfill_flow
 
+    join()
     try:
         state = backfill_flow(
             upstream=args.upstream, warehouse=args.warehouse, prefix=args.prefix,

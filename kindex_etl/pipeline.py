@@ -100,7 +100,8 @@ def _default_orphan_grace() -> timedelta:
 @dataclass
 class IngestOptions:
     backfill: bool = False
-    trigger: bool = True  # request GPU re-runs for new versions (the ingest flow: not on backfill)
+    # Request GPU re-runs for new versions; None means "unless this is a backfill".
+    trigger: bool | None = None
     prefix: str = ""
     include: Callable[[Any], bool] | None = None
     max_objects_per_commit: int = MAX_OBJECTS_PER_COMMIT
@@ -569,7 +570,10 @@ class IngestRun:
             s.objects_skipped = s.objects_seen - len(s.objects)
         new = self.ingestor.existing_versions() - self._versions_before
         s.new_versions = sorted(new, key=_version_order)
-        if self.options.trigger and not self.options.dry_run and s.new_versions:
+        trigger = self.options.trigger
+        if trigger is None:
+            trigger = not self.options.backfill
+        if trigger and not self.options.dry_run and s.new_versions:
             from .trigger import on_new_versions
 
             s.reruns_triggered = on_new_versions(
