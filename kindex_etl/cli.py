@@ -186,7 +186,8 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
     else:
         for r in rows:
             print(
-                f"{r['source_key']}@{r['source_etag']} row {r['source_row']}: {r['reason']}: {r['detail']}"
+                f"{r['source_key']}@{r['source_etag']} row {r['source_row']}: "
+                f"{r['reason']}: {r['detail']}"
             )
         print(f"{len(rows)} row(s) held back")
     return 0
@@ -261,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--upstream", required=True, help="directory or s3://bucket[/prefix]")
     p.add_argument("--warehouse", required=True, help="directory or s3://bucket[/prefix]")
     p.add_argument("--backfill", action="store_true",
-                   help="re-read every object, even unchanged ones; never trigger re-runs")  # fmt: skip
+                   help="re-read every object, even unchanged ones; no GPU re-runs")  # fmt: skip
     p.add_argument("--no-trigger", action="store_true", help="do not trigger GPU re-runs")
     p.add_argument("--prefix", default="", help="only objects under this key prefix")
     p.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
@@ -321,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="lay out an upstream folder, ingest it, query it")
     p.add_argument("--workdir", default="kindex-demo")
     p.add_argument("--offline", action="store_true",
-                   help="do not fetch the liger-kernel sdist; use the generated sample")  # fmt: skip
+                   help="do not fetch the liger-kernel sdist; use a generated sample")  # fmt: skip
     p.set_defaults(func=cmd_demo)
     return parser
 

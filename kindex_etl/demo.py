@@ -8,19 +8,17 @@ through the Prefect flow, and answers one query with pandas, reading the warehou
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 import os
 import tarfile
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from .normalize.rows import UPSTREAM_COLUMNS
 
-PYPI_SIMPLE = "https://pypi.org/simple/liger-kernel/"
 DEMO_VERSION = "0.8.5"
+UPSTREAM_DATA_FILE = "benchmark/data/all_benchmark_data.csv"
 SAMPLE_GPUS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB")
 SAMPLE_RELEASES = (
     ("3f1c2ab", "0.8.0", "2026-06-10 21:03:42"),
@@ -31,28 +29,23 @@ SAMPLE_RELEASES = (
 def fetch_upstream_csv(version: str = DEMO_VERSION, timeout: float = 15.0) -> bytes | None:
     """`benchmark/data/all_benchmark_data.csv` from that release's sdist on PyPI, or None.
 
-    Uses PyPI's Simple API (PEP 691 JSON), which mirrors serve too, and checks the sdist's
-    sha256 against the index before reading it.
+    The sdist comes through the GPU re-run's harness fetch: PyPI's Simple API, sha256-checked,
+    cached.
     """
-    request = urllib.request.Request(
-        PYPI_SIMPLE, headers={"Accept": "application/vnd.pypi.simple.v1+json"}
-    )
-    wanted = f"liger_kernel-{version}.tar.gz"
+    from .rerun.harness import HarnessError, fetch_sdist
+
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as r:  # noqa: S310 - fixed https URL
-            index = json.load(r)
-        entry = next(f for f in index["files"] if f["filename"] == wanted)
-        with urllib.request.urlopen(entry["url"], timeout=timeout) as r:  # noqa: S310
-            blob = r.read()
-    except (OSError, ValueError, StopIteration, KeyError):
+        sdist = fetch_sdist(version, timeout=timeout)
+        with tarfile.open(sdist.path, mode="r:gz") as tar:
+            for member in tar.getmembers():
+                if (
+                    member.name.endswith("benchmark/data/all_benchmark_data.csv")
+                    and member.isfile()
+                ):
+                    extracted = tar.extractfile(member)
+                    return extracted.read() if extracted else None
+    except (HarnessError, OSError, tarfile.TarError):
         return None
-    if hashlib.sha256(blob).hexdigest() != entry.get("hashes", {}).get("sha256"):
-        return None
-    with tarfile.open(fileobj=io.BytesIO(blob), mode="r:gz") as tar:
-        for member in tar.getmembers():
-            if member.name.endswith("benchmark/data/all_benchmark_data.csv") and member.isfile():
-                extracted = tar.extractfile(member)
-                return extracted.read() if extracted else None
     return None
 
 

@@ -3,9 +3,10 @@
 The benchmark scripts and their data file ship only in the source distribution, so a re-run
 starts from the sdist of exactly the version it measures:
 
-- `sdist_info` asks the PyPI JSON API (`<pypi_url>/liger-kernel/<version>/json`) for the sdist's
-  URL and sha256 digest. The base URL is configurable (`pypi_url=`, `KINDEX_PYPI_URL`) so tests
-  can serve a fake API from 127.0.0.1 and mirrors can be used.
+- `sdist_info` asks the index's Simple API (PEP 691 JSON, `<index>/liger-kernel/`) for the
+  sdist's URL and sha256 digest: the API every mirror and proxy serves (PyPI's own
+  `/pypi/<project>/<version>/json` often is not proxied). The index URL is configurable
+  (`pypi_url=`, `KINDEX_PYPI_URL`) so tests can serve a fake index from 127.0.0.1.
 - `fetch_sdist` downloads it (any URL urllib opens: https://, http://, file://), checks the
   sha256 and keeps it in a cache directory; a cached file is used again only when its sha256
   still matches. A local sdist path is also accepted (no network: what the GPU machine uses);
@@ -27,13 +28,15 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
 PROJECT = "liger-kernel"
-DEFAULT_PYPI_URL = "https://pypi.org/pypi"
+DEFAULT_PYPI_URL = "https://pypi.org/simple"
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 DEFAULT_CACHE_DIR = "~/.cache/kindex-etl/sdists"
 
 
@@ -67,20 +70,22 @@ def sha256_file(path: Path) -> str:
 
 
 def sdist_info(version: str, *, pypi: str | None = None, timeout: float = 60.0) -> tuple[str, str]:
-    """(download URL, sha256) of the release's sdist, from the PyPI JSON API."""
-    url = f"{pypi_url(pypi)}/{PROJECT}/{version}/json"
+    """(download URL, sha256) of the release's sdist, from the index's Simple API (PEP 691)."""
+    url = f"{pypi_url(pypi)}/{PROJECT}/"
+    request = urllib.request.Request(url, headers={"Accept": SIMPLE_JSON})  # noqa: S310
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (configured URL)
-            meta = json.load(resp)
+        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 (configured)
+            index = json.load(resp)
     except (OSError, ValueError) as exc:
         raise HarnessError(f"cannot read {url}: {exc}") from exc
-    for entry in meta.get("urls", []):
-        if entry.get("packagetype") == "sdist":
-            digest = (entry.get("digests") or {}).get("sha256")
+    wanted = f"liger_kernel-{version}.tar.gz"
+    for entry in index.get("files", []):
+        if entry.get("filename") in (wanted, f"{PROJECT}-{version}.tar.gz"):
+            digest = (entry.get("hashes") or {}).get("sha256")
             if not digest:
                 raise HarnessError(f"{url}: the sdist entry has no sha256 digest")
-            return str(entry["url"]), str(digest).lower()
-    raise HarnessError(f"{url}: liger-kernel {version} has no sdist")
+            return urllib.parse.urljoin(url, str(entry["url"])), str(digest).lower()
+    raise HarnessError(f"cannot read {url}: liger-kernel {version} has no sdist there")
 
 
 def _download(url: str, dest: Path, timeout: float) -> None:

@@ -71,17 +71,30 @@ def fake_pypi(standin_sdist: Path) -> Iterator[FakePyPI]:
         def do_GET(self) -> None:
             state.requests.append(self.path)
             port = self.server.server_address[1]
-            if self.path == f"/pypi/liger-kernel/{STANDIN_VERSION}/json":
+            if self.path == "/simple/liger-kernel/":
+                # PEP 691: the Simple API's JSON form, as PyPI and its mirrors serve it.
+                assert "application/vnd.pypi.simple.v1+json" in self.headers.get("Accept", "")
                 body = json.dumps(
                     {
-                        "urls": [
-                            {"packagetype": "bdist_wheel", "url": "http://127.0.0.1/none.whl"},
+                        "meta": {"api-version": "1.1"},
+                        "name": "liger-kernel",
+                        "files": [
                             {
-                                "packagetype": "sdist",
-                                "url": f"http://127.0.0.1:{port}/files/{standin_sdist.name}",
-                                "digests": {"sha256": state.advertised_sha256 or sha},
+                                "filename": "liger_kernel-0.1.0.tar.gz",
+                                "url": "/files/old.tar.gz",
+                                "hashes": {"sha256": "1" * 64},
                             },
-                        ]
+                            {
+                                "filename": f"liger_kernel-{STANDIN_VERSION}-py3-none-any.whl",
+                                "url": "http://127.0.0.1/none.whl",
+                                "hashes": {"sha256": "2" * 64},
+                            },
+                            {
+                                "filename": standin_sdist.name,
+                                "url": f"http://127.0.0.1:{port}/files/{standin_sdist.name}",
+                                "hashes": {"sha256": state.advertised_sha256 or sha},
+                            },
+                        ],
                     }
                 ).encode()
             elif self.path == f"/files/{standin_sdist.name}":
@@ -97,7 +110,7 @@ def fake_pypi(standin_sdist: Path) -> Iterator[FakePyPI]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/pypi"
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/simple"
     try:
         yield state
     finally:
