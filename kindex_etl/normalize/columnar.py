@@ -38,35 +38,6 @@ QUARANTINE_SCHEMA = pa.schema(
     ]
 )
 
-# Columns that depend only on the descriptor: written dictionary-encoded.
-_DICTIONARY_FIELDS = frozenset(
-    {
-        "series_id",
-        "title",
-        "metric",
-        "kernel",
-        "operation_mode",
-        "provider",
-        "gpu_name",
-        "gpu_slug",
-        "gpu_architecture",
-        "liger_version",
-        "x_name",
-        "x_label",
-        "x_value",
-        "workload_slug",
-        "dtype",
-        "config",
-        "value_unit",
-        "protocol_digest",
-        "workload_digest",
-        "environment_digest",
-        "implementation_digest",
-        "workload_descriptor",
-        "implementation_descriptor",
-    }
-)
-
 RUN_SCHEMA = pa.schema(
     [
         ("external_id", pa.string()),
@@ -109,15 +80,6 @@ RUN_SCHEMA = pa.schema(
     ]
 )
 
-RUN_WRITE_SCHEMA = pa.schema(
-    [
-        pa.field(f.name, pa.dictionary(pa.int32(), pa.string()))
-        if f.name in _DICTIONARY_FIELDS
-        else f
-        for f in RUN_SCHEMA
-    ]
-)
-
 # Per-descriptor columns of the runs table, in RUN_SCHEMA order.
 _DESCRIPTOR_FIELDS = (
     "series_id",
@@ -144,6 +106,19 @@ _DESCRIPTOR_FIELDS = (
     "workload_descriptor",
     "implementation_descriptor",
     "known_kernel",
+)
+
+
+# Per-descriptor string columns are written dictionary-encoded (see _build).
+_DICTIONARY_FIELDS = frozenset(_DESCRIPTOR_FIELDS) - {"known_kernel"}
+
+RUN_WRITE_SCHEMA = pa.schema(
+    [
+        pa.field(f.name, pa.dictionary(pa.int32(), pa.string()))
+        if f.name in _DICTIONARY_FIELDS
+        else f
+        for f in RUN_SCHEMA
+    ]
 )
 
 

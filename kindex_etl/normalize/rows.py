@@ -15,26 +15,11 @@ from typing import Any
 
 from ..catalog import Catalog
 from ..models.documents import BenchmarkRun
+from ..upstream import COLUMNS
 from .descriptors import Descriptor, DescriptorKey, Rejected, resolve, run_name
 from .slugs import timestamp_slug
 
-UPSTREAM_COLUMNS = (
-    "kernel_name",
-    "kernel_provider",
-    "kernel_operation_mode",
-    "metric_name",
-    "metric_unit",
-    "x_name",
-    "x_label",
-    "x_value",
-    "y_value_50",
-    "y_value_20",
-    "y_value_80",
-    "extra_benchmark_config_str",
-    "gpu_name",
-    "timestamp",
-    "liger_version",
-)
+UPSTREAM_COLUMNS = COLUMNS
 TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$")
 NUMBER = re.compile(r"^\s*[-+]?((\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?|nan|NaN|inf|-inf|Infinity)\s*$")
 MIB = 1 << 20

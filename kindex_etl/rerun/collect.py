@@ -21,24 +21,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-COLUMNS = (
-    "kernel_name",
-    "kernel_provider",
-    "kernel_operation_mode",
-    "metric_name",
-    "metric_unit",
-    "x_name",
-    "x_label",
-    "x_value",
-    "y_value_50",
-    "y_value_20",
-    "y_value_80",
-    "extra_benchmark_config_str",
-    "gpu_name",
-    "timestamp",
-    "liger_version",
-)
-TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
+from ..upstream import COLUMNS, TIMESTAMP_FORMAT
 
 
 def read_rows(data: bytes) -> list[dict[str, str]]:
