@@ -5,6 +5,7 @@ Flows in `flows/` orchestrate these; everything here runs and tests without Pref
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import queue
@@ -154,6 +155,50 @@ class _Background:
             raise self._error
 
 
+_DONE = object()
+
+
+def prefetch(items: Iterator[RowBatch], depth: int = 1) -> Iterator[RowBatch]:
+    """Iterate `items` in a thread, `depth` ahead: CSV parsing overlaps normalizing.
+
+    pyarrow parses without the GIL, so on two cores this is real parallelism. Errors are
+    re-raised here, in order, where the item would have come.
+    """
+    slots: queue.Queue[object] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                slots.put(item)
+            slots.put(_DONE)
+        except BaseException as exc:  # handed to the consumer
+            slots.put(exc)
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=produce, name="kindex-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = slots.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            with contextlib.suppress(queue.Empty):
+                slots.get(timeout=0.05)
+        thread.join()
+
+
 def _batch_id(base_seq: int, sources: Iterable[Source], salt: str) -> str:
     h = hashlib.sha256(f"{base_seq}\n{salt}\n".encode())
     for s in sources:
@@ -243,7 +288,7 @@ class Ingestor:
                 )
                 reports.append(report)
                 try:
-                    for rb in source.batches():
+                    for rb in prefetch(source.batches()):
                         self._one_batch(
                             source,
                             rb,

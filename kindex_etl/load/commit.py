@@ -140,16 +140,18 @@ class Warehouse:
         for i, f in enumerate(record.get("files", [])):
             staged = layout.staging_key(batch, f["key"])
             if self.store.head(staged) is not None:
-                try:
-                    self.store.copy(staged, f["key"])
-                except NotFound:
-                    # Another writer publishes this batch too (its recover, or the loser of a
-                    # commit race on this same batch id). It copies before it deletes, so the
-                    # file is at its final key already.
-                    if self.store.head(f["key"]) is None:
-                        raise
-                else:
-                    self.store.delete(staged)
+                # A published file is never replaced: readers of Parquet fetch byte ranges, and
+                # a second writer's copy of this batch (the loser of a commit race on the same
+                # batch id re-staging it) has the same rows but not always the same bytes.
+                if self.store.head(f["key"]) is None:
+                    try:
+                        self.store.copy(staged, f["key"])
+                    except NotFound:
+                        # Another writer publishes this batch too (its recover, or that loser).
+                        # It copies before it deletes, so the file is at its final key already.
+                        if self.store.head(f["key"]) is None:
+                            raise
+                self.store.delete(staged)
             if i == 0:
                 fault_point("mid_publish")
 

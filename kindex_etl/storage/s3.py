@@ -238,6 +238,16 @@ class S3Store:
 
     def put_file(self, key: str, path: Path) -> str:
         full = self._key(key)
+        if path.stat().st_size < _TRANSFER_CONFIG.multipart_threshold:
+            # One PUT streamed from the open file. Its reply carries the ETag: a HEAD after the
+            # upload could find the key already moved on (a concurrent writer publishing the
+            # same staged batch), and would fail an upload that succeeded.
+            with path.open("rb") as body:
+                try:
+                    resp = self._client.put_object(Bucket=self.bucket, Key=full, Body=body)
+                except (ClientError, BotoCoreError) as exc:
+                    self._fail(exc, "upload", full)
+            return _strip_etag(resp["ETag"])
         try:
             self._client.upload_file(str(path), self.bucket, full, Config=_TRANSFER_CONFIG)
         except (ClientError, BotoCoreError) as exc:
