@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import layout
@@ -20,7 +19,7 @@ from . import layout
 # (Parquet's dictionary pages are an encoding detail; pandas would turn them into categoricals).
 PARQUET_OPTIONS = {
     "compression": "zstd",
-    "compression_level": 3,
+    "compression_level": 1,
     "write_statistics": True,
     "store_schema": False,
 }
@@ -106,14 +105,25 @@ def _offset(offsets: pa.Buffer, index: int) -> int:
     return int(np.frombuffer(offsets, dtype=np.int32, count=1, offset=index * 4)[0])
 
 
+ROW_GROUP_ROWS = 128 * 1024
+MAX_BUFFERED_ROWS = 384 * 1024
+
+
 @dataclass
 class RunsWriter:
-    """Runs partitioned by liger_version, one Parquet file per version per batch."""
+    """Runs partitioned by liger_version: one Parquet file per release per batch.
+
+    Input batches are small (a CSV block) and may mix releases (the cumulative file), so rows
+    are buffered per release and written in row groups of ROW_GROUP_ROWS; at most
+    MAX_BUFFERED_ROWS wait in memory, the largest buffer going out first.
+    """
 
     workdir: Path
     batch: str
     schema: pa.Schema
     _parts: dict[str, ParquetTableWriter] = field(default_factory=dict)
+    _pending: dict[str, list[pa.Table]] = field(default_factory=dict)
+    _pending_rows: dict[str, int] = field(default_factory=dict)
     json: JsonLinesWriter | None = None
 
     def __post_init__(self) -> None:
@@ -122,23 +132,46 @@ class RunsWriter:
     def write(self, runs: pa.Table, json_lines: pa.Array) -> None:
         if runs.num_rows == 0:
             return
-        versions = runs.column("liger_version")
-        if pa.types.is_dictionary(versions.type):
-            # Our dictionaries are per descriptor, so values repeat: decode before unique().
-            versions = versions.cast(pa.string())
-        unique = versions.unique().to_pylist()
-        for version in unique:
-            writer = self._parts.get(version)
-            if writer is None:
-                writer = ParquetTableWriter(
-                    self.workdir, layout.runs_key(self.batch, version, 0), self.schema
-                )
-                self._parts[version] = writer
-            writer.write(runs if len(unique) == 1 else runs.filter(pc.equal(versions, version)))
         assert self.json is not None
         self.json.write_lines(json_lines)
+        # One sort by release, then contiguous slices: no per-release filter of the batch.
+        versions = runs.column("liger_version").cast(pa.string()).combine_chunks()
+        encoded = versions.dictionary_encode()
+        codes = encoded.indices.to_numpy(zero_copy_only=False)
+        if len(encoded.dictionary) == 1:
+            self._buffer(encoded.dictionary[0].as_py(), runs)
+        else:
+            order = np.argsort(codes, kind="stable")
+            ordered = runs.take(pa.array(order))
+            bounds = np.flatnonzero(np.diff(codes[order])) + 1
+            starts = [0, *bounds.tolist()]
+            ends = [*bounds.tolist(), len(order)]
+            for start, end in zip(starts, ends, strict=True):
+                version = encoded.dictionary[int(codes[order[start]])].as_py()
+                self._buffer(version, ordered.slice(start, end - start))
+        while sum(self._pending_rows.values()) > MAX_BUFFERED_ROWS:
+            self._flush(max(self._pending_rows, key=self._pending_rows.__getitem__))
+
+    def _buffer(self, version: str, table: pa.Table) -> None:
+        self._pending.setdefault(version, []).append(table)
+        self._pending_rows[version] = self._pending_rows.get(version, 0) + table.num_rows
+        if self._pending_rows[version] >= ROW_GROUP_ROWS:
+            self._flush(version)
+
+    def _flush(self, version: str) -> None:
+        tables = self._pending.pop(version, [])
+        self._pending_rows.pop(version, None)
+        if not tables:
+            return
+        writer = self._parts.get(version)
+        if writer is None:
+            key = layout.runs_key(self.batch, version, 0)
+            writer = self._parts[version] = ParquetTableWriter(self.workdir, key, self.schema)
+        writer.write(pa.concat_tables(tables))
 
     def close(self) -> list[WrittenFile]:
+        for version in list(self._pending):
+            self._flush(version)
         files = [w.close() for w in self._parts.values()]
         assert self.json is not None
         files.append(self.json.close())

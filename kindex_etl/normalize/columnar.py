@@ -22,7 +22,6 @@ from .descriptors import KEY_COLUMNS, Descriptor, DescriptorKey, Rejected, Resol
 from .rows import NUMBER, TIMESTAMP, UPSTREAM_COLUMNS
 
 MIB = float(1 << 20)
-_JSON_NUMBER = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?$"
 _EPOCH_LIMIT = 1 << 32
 
 # Raw upstream columns are kept on quarantined rows so they can be replayed verbatim.
@@ -465,11 +464,9 @@ class ColumnarNormalizer:
             lines,
             software,
         )
-        good_rows = pa.array(good, pa.int64())
-        sources = {q: batch.column(f"y_value_{q}").take(good_rows) for q in values}
         return self._build(
             good, gid, keys, fps, values, quarantine, source_key, source_etag, lines,
-            stamps, ts_codes[good], sources,
+            stamps, ts_codes[good],
         )  # fmt: skip
 
     def _build(
@@ -485,7 +482,6 @@ class ColumnarNormalizer:
         lines: np.ndarray,
         stamps: Timestamps,
         ts_codes: np.ndarray,
-        sources: dict[str, pa.Array],
     ) -> NormalizedBatch:
         cols = self.table.columns()
         take = pa.array(gid, pa.int64())
@@ -516,7 +512,7 @@ class ColumnarNormalizer:
         external = pc.binary_join_element_wise(cols["series_id"].take(take), ts_slug, "/")
 
         json_lines = self._json_lines(
-            cols, take, is_speed, names, observed, ts_slug, status, raw, finite, scaled, sources
+            cols, take, is_speed, names, observed, ts_slug, status, raw, finite, scaled
         )
 
         table_cols: dict[str, Any] = {}
@@ -572,7 +568,6 @@ class ColumnarNormalizer:
         raw: dict[str, pa.Array],
         finite: dict[str, pa.Array],
         scaled: dict[str, pa.Array],
-        sources: dict[str, pa.Array],
     ) -> pa.Array:
         """One BenchmarkRun document per row, keys in RFC 8785 order, ending in a newline.
 
@@ -586,13 +581,8 @@ class ColumnarNormalizer:
             return pc.if_else(mask, text, "")
 
         def numbers(q: str) -> pa.Array:
-            # Upstream writes Python's repr of each float, already a JSON number that reads
-            # back as the same double: reuse the text, cast only what is not.
-            valid = pc.and_(pc.match_substring_regex(sources[q], _JSON_NUMBER), finite[q])
-            text = sources[q]
-            if not pc.all(valid).as_py():
-                text = pc.if_else(valid, text, pc.cast(raw[q], pa.string()))
-            return pc.if_else(finite[q], text, "null")
+            # Arrow writes the shortest text that reads back as the same double: JSON-valid.
+            return pc.if_else(finite[q], pc.cast(raw[q], pa.string()), "null")
 
         integer = {q: pc.fill_null(pc.cast(scaled[q], pa.string()), "") for q in scaled}
         opening = {
