@@ -127,7 +127,7 @@ class _Background:
     """One writer thread, fed through a short queue so memory stays bounded."""
 
     def __init__(self) -> None:
-        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue(maxsize=2)
+        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue(maxsize=1)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="kindex-writer", daemon=True)
         self._thread.start()

@@ -12,7 +12,7 @@ import pyarrow.csv as pcsv
 from ..normalize.rows import UPSTREAM_COLUMNS
 from ..storage import ObjectStore
 
-BLOCK_SIZE = 8 << 20
+BLOCK_SIZE = 6 << 20
 
 
 class BadFile(Exception):

@@ -106,7 +106,7 @@ def _offset(offsets: pa.Buffer, index: int) -> int:
 
 
 ROW_GROUP_ROWS = 128 * 1024
-MAX_BUFFERED_ROWS = 384 * 1024
+MAX_BUFFERED_ROWS = 256 * 1024
 
 
 @dataclass
@@ -134,7 +134,8 @@ class RunsWriter:
             return
         assert self.json is not None
         self.json.write_lines(json_lines)
-        # One sort by release, then contiguous slices: no per-release filter of the batch.
+        # One sort by release, then one take per release: no per-release filter of the batch,
+        # and compact copies (a slice would pin the whole batch until its release flushes).
         versions = runs.column("liger_version").cast(pa.string()).combine_chunks()
         encoded = versions.dictionary_encode()
         codes = encoded.indices.to_numpy(zero_copy_only=False)
@@ -142,13 +143,12 @@ class RunsWriter:
             self._buffer(encoded.dictionary[0].as_py(), runs)
         else:
             order = np.argsort(codes, kind="stable")
-            ordered = runs.take(pa.array(order))
             bounds = np.flatnonzero(np.diff(codes[order])) + 1
             starts = [0, *bounds.tolist()]
             ends = [*bounds.tolist(), len(order)]
             for start, end in zip(starts, ends, strict=True):
                 version = encoded.dictionary[int(codes[order[start]])].as_py()
-                self._buffer(version, ordered.slice(start, end - start))
+                self._buffer(version, runs.take(pa.array(order[start:end])))
         while sum(self._pending_rows.values()) > MAX_BUFFERED_ROWS:
             self._flush(max(self._pending_rows, key=self._pending_rows.__getitem__))
 

@@ -45,10 +45,17 @@ class RunIndex:
         order = np.argsort(keys, kind="stable")
         self._chunks.append((keys[order], fps[order]))
         if len(self._chunks) >= _MERGE_AT:
-            all_keys = np.concatenate([k for k, _ in self._chunks])
-            all_fps = np.concatenate([f for _, f in self._chunks])
-            order = np.argsort(all_keys, kind="stable")
-            self._chunks = [(all_keys[order], all_fps[order])]
+            # Sort the small chunks together, then insert them into the big one: no argsort
+            # (and no index array) over everything, so a merge costs one copy of the index.
+            big_keys, big_fps = self._chunks[0]
+            small_keys = np.concatenate([k for k, _ in self._chunks[1:]])
+            small_fps = np.concatenate([f for _, f in self._chunks[1:]])
+            order = np.argsort(small_keys, kind="stable")
+            small_keys, small_fps = small_keys[order], small_fps[order]
+            at = np.searchsorted(big_keys, small_keys)
+            self._chunks = [
+                (np.insert(big_keys, at, small_keys), np.insert(big_fps, at, small_fps))
+            ]
 
     def classify(self, keys: np.ndarray, fps: np.ndarray) -> DedupResult:
         """Split a batch into new runs, duplicates and conflicts, then remember the new ones.
