@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..storage import NotFound, ObjectStore, PreconditionFailed
+from ..storage import NotFound, ObjectStore, PreconditionFailed, StorageError
 from . import layout
 
 FAULT_ENV = "KINDEX_FAULT_AT"
@@ -152,6 +152,13 @@ class Warehouse:
                         if self.store.head(f["key"]) is None:
                             raise
                 self.store.delete(staged)
+            elif self.store.head(f["key"]) is None:
+                # Neither staged nor published: the staging was removed under a live writer
+                # (an orphan grace shorter than a batch). Say so rather than commit a hole.
+                raise StorageError(
+                    f"committed file {f['key']} of batch {batch} is neither staged nor published; "
+                    "is KINDEX_ORPHAN_GRACE_S shorter than an ingest?"
+                )
             if i == 0:
                 fault_point("mid_publish")
 

@@ -1,10 +1,11 @@
 """Where everything lives in a warehouse. Consumers rely on these paths: change them never.
 
-benchmark_runs/liger_version=<v>/part-<batch>-<n>.parquet   one row per run
+benchmark_runs/release=<liger_version>/part-<batch>-<n>.parquet   one row per run; every
+    file also has a liger_version column, so one read alone (or by list) is complete
 benchmark_protocols/part-<batch>.parquet                    one row per protocol digest
 execution_environments/part-<batch>.parquet                 one row per environment digest
 workloads/part-<batch>.parquet, implementations/part-<batch>.parquet   descriptors
-documents/<table>/part-<batch>[-<n>].jsonl.zst              the same, as documents
+documents/<table>/part-<batch>.jsonl.zst                    the same, as documents
 quarantine/rows/part-<batch>.parquet                        rows and files set aside
 _kindex/log/<seq>.json                                      commit records (the truth)
 _kindex/snapshot.json                                       every published file, by table
@@ -38,9 +39,8 @@ def table_key(table: str, batch: str) -> str:
     return f"{table}/part-{batch}.parquet"
 
 
-def documents_key(table: str, batch: str, part: int | None = None) -> str:
-    suffix = f"-{part:05d}" if part is not None else ""
-    return f"documents/{table}/part-{batch}{suffix}.jsonl.zst"
+def documents_key(table: str, batch: str) -> str:
+    return f"documents/{table}/part-{batch}.jsonl.zst"
 
 
 def log_key(seq: int) -> str:

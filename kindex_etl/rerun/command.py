@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="seconds per benchmark script",
     )
     p.add_argument("--cache-dir", default=None, help="sdist cache (KINDEX_SDIST_CACHE)")
-    p.add_argument("--pypi-url", default=None, help="PyPI JSON API base (KINDEX_PYPI_URL)")
+    p.add_argument("--pypi-url", default=None, help="index Simple API URL (KINDEX_PYPI_URL)")
     p.add_argument("--run-id", default=None)
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
