@@ -40,8 +40,9 @@ from prefect.cache_policies import NONE
 from flows.ingest import IO_RETRY_DELAYS, normalize_warehouse_url, run_ingest, transient
 from kindex_etl.config import settings
 from kindex_etl.extract.discover import COMMITS_LIST, read_commit_list
-from kindex_etl.pipeline import IngestOptions, IngestRun, IngestSummary
+from kindex_etl.pipeline import IngestOptions, IngestRun
 from kindex_etl.storage import NotFound, ObjectInfo, open_store
+from kindex_etl.summary import IngestSummary
 
 BENCHMARKS = "benchmarks/"
 COMMITS_KEY = BENCHMARKS + COMMITS_LIST

@@ -22,8 +22,9 @@ from prefect.concurrency.sync import concurrency
 from prefect.states import State
 
 from kindex_etl.config import settings
-from kindex_etl.pipeline import IngestOptions, IngestRun, IngestSummary
+from kindex_etl.pipeline import IngestOptions, IngestRun
 from kindex_etl.reporting import publish_artifacts
+from kindex_etl.summary import IngestSummary
 
 WAREHOUSE_LIMIT_PREFIX = "kindex-warehouse-"
 IO_RETRY_DELAYS: list[float] = [

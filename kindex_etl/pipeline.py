@@ -5,17 +5,14 @@ Flows in `flows/` orchestrate these; everything here runs and tests without Pref
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import queue
 import shutil
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
@@ -41,7 +38,9 @@ from .normalize.columnar import (
 )
 from .normalize.dedup import RunIndex
 from .normalize.rows import UPSTREAM_COLUMNS
+from .pipelining import Background, prefetch
 from .storage import ObjectStore, PreconditionFailed, StorageError, open_store
+from .summary import IngestSummary, ObjectReport
 
 MAX_OBJECTS_PER_COMMIT = 256
 MAX_BYTES_PER_COMMIT = 8 << 30
@@ -49,46 +48,6 @@ COMMIT_ATTEMPTS = 8
 FILE_LEVEL_REASONS = frozenset(
     {"bad_header", "empty_file", "bad_encoding", "unreadable", "malformed_row"}
 )
-
-
-@dataclass
-class ObjectReport:
-    key: str
-    etag: str
-    rows: int = 0
-    size: int = 0
-    runs: int = 0
-    duplicates: int = 0
-    quarantined: int = 0
-    status: str = "ingested"  # ingested | rejected | replayed | would-ingest
-    detail: str = ""
-
-
-@dataclass
-class IngestSummary:
-    upstream: str
-    warehouse: str
-    objects_seen: int = 0
-    objects_ingested: int = 0
-    objects_skipped: int = 0
-    objects_rejected: int = 0
-    rows_read: int = 0
-    runs_written: int = 0
-    duplicate_rows: int = 0
-    quarantined_rows: int = 0
-    quarantined_by_reason: dict[str, int] = field(default_factory=dict)
-    new_versions: list[str] = field(default_factory=list)
-    reruns_triggered: list[dict[str, Any]] = field(default_factory=list)
-    commits: list[int] = field(default_factory=list)
-    recovered: dict[str, int] = field(default_factory=dict)
-    objects: list[ObjectReport] = field(default_factory=list)
-    elapsed_s: float = 0.0
-
-    def as_dict(self, *, objects: bool = False) -> dict[str, Any]:
-        out = asdict(self)
-        if not objects:
-            out.pop("objects")
-        return out
 
 
 def _default_orphan_grace() -> timedelta:
@@ -121,82 +80,6 @@ class Source:
     batches: Callable[[], Iterator[RowBatch]]
     size: int = 0
     replay: bool = False  # held-back rows, not an upstream object version
-
-
-class _Background:
-    """One writer thread, fed through a short queue so memory stays bounded."""
-
-    def __init__(self) -> None:
-        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue(maxsize=1)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="kindex-writer", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            job = self._queue.get()
-            if job is None:
-                return
-            if self._error is None:
-                try:
-                    job()
-                except BaseException as exc:  # re-raised in the submitting thread
-                    self._error = exc
-
-    def submit(self, job: Callable[[], None]) -> None:
-        if self._error is not None:
-            raise self._error
-        self._queue.put(job)
-
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-
-
-_DONE = object()
-
-
-def prefetch(items: Iterator[RowBatch], depth: int = 1) -> Iterator[RowBatch]:
-    """Iterate `items` in a thread, `depth` ahead: CSV parsing overlaps normalizing.
-
-    pyarrow parses without the GIL, so on two cores this is real parallelism. Errors are
-    re-raised here, in order, where the item would have come.
-    """
-    slots: queue.Queue[object] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if stop.is_set():
-                    return
-                slots.put(item)
-            slots.put(_DONE)
-        except BaseException as exc:  # handed to the consumer
-            slots.put(exc)
-        finally:
-            close = getattr(items, "close", None)
-            if close is not None:
-                close()
-
-    thread = threading.Thread(target=produce, name="kindex-reader", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = slots.get()
-            if item is _DONE:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item  # type: ignore[misc]
-    finally:
-        stop.set()
-        while thread.is_alive():  # unblock a producer waiting on a full queue
-            with contextlib.suppress(queue.Empty):
-                slots.get(timeout=0.05)
-        thread.join()
 
 
 def _batch_id(base_seq: int, sources: Iterable[Source], salt: str) -> str:
@@ -268,7 +151,7 @@ class Ingestor:
         quarantine_writer = ParquetTableWriter(
             workdir, layout.table_key(layout.QUARANTINE, batch), QUARANTINE_SCHEMA
         )
-        background = _Background()
+        background = Background()
         # Until this batch commits, the run index holds its keys; any failure must drop them.
         self._indexed_seq = -1
         reports: list[ObjectReport] = []
@@ -378,7 +261,7 @@ class Ingestor:
         descriptor_ids: set[int],
         runs_writer: RunsWriter,
         quarantine_writer: ParquetTableWriter,
-        background: _Background,
+        background: Background,
     ) -> None:
         report.rows += rb.batch.num_rows + len(rb.malformed)
         nb = self.normalizer.normalize(

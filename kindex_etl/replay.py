@@ -16,11 +16,11 @@ from .normalize.rows import UPSTREAM_COLUMNS
 from .pipeline import (
     FILE_LEVEL_REASONS,
     Ingestor,
-    IngestSummary,
     Source,
     commit_sources,
     open_warehouse,
 )
+from .summary import IngestSummary
 
 
 def _open_files(warehouse: Warehouse) -> list[str]:
@@ -36,7 +36,7 @@ def _read(warehouse: Warehouse, keys: list[str]) -> pa.Table | None:
 
 def open_quarantine(warehouse_url: str) -> pa.Table:
     """Every row or file that is held back now (not yet replayed successfully)."""
-    from .normalize.columnar import QUARANTINE_SCHEMA
+    from .normalize.tables import QUARANTINE_SCHEMA
 
     warehouse = open_warehouse(warehouse_url)
     warehouse.refresh()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .pipeline import IngestSummary
+from .summary import IngestSummary
 
 
 def object_rows(summary: IngestSummary) -> list[dict[str, Any]]:

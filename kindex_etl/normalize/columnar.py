@@ -20,105 +20,15 @@ import pyarrow.compute as pc
 from ..catalog import Catalog
 from .descriptors import KEY_COLUMNS, Descriptor, DescriptorKey, Rejected, Resolver
 from .rows import NUMBER, TIMESTAMP, UPSTREAM_COLUMNS
+from .tables import (
+    DESCRIPTOR_FIELDS,
+    QUARANTINE_SCHEMA,
+    RUN_SCHEMA,
+    RUN_WRITE_SCHEMA,
+)
 
 MIB = float(1 << 20)
 _EPOCH_LIMIT = 1 << 32
-
-# Raw upstream columns are kept on quarantined rows so they can be replayed verbatim.
-QUARANTINE_SCHEMA = pa.schema(
-    [
-        ("source_key", pa.string()),
-        ("source_etag", pa.string()),
-        ("source_row", pa.int64()),
-        ("reason", pa.string()),
-        ("detail", pa.string()),
-        ("software", pa.string()),
-        *[(name, pa.string()) for name in UPSTREAM_COLUMNS],
-    ]
-)
-
-RUN_SCHEMA = pa.schema(
-    [
-        ("external_id", pa.string()),
-        ("series_id", pa.string()),
-        ("name", pa.string()),
-        ("title", pa.string()),
-        ("status", pa.string()),
-        ("metric", pa.string()),
-        ("observed_at", pa.timestamp("ms", tz="UTC")),
-        ("kernel", pa.string()),
-        ("operation_mode", pa.string()),
-        ("provider", pa.string()),
-        ("gpu_name", pa.string()),
-        ("gpu_slug", pa.string()),
-        ("gpu_architecture", pa.string()),
-        ("liger_version", pa.string()),
-        ("x_name", pa.string()),
-        ("x_label", pa.string()),
-        ("x_value", pa.string()),
-        ("workload_slug", pa.string()),
-        ("dtype", pa.string()),
-        ("config", pa.string()),
-        ("value_unit", pa.string()),
-        ("value_median", pa.int64()),
-        ("value_p20", pa.int64()),
-        ("value_p80", pa.int64()),
-        ("source_p50", pa.float64()),
-        ("source_p20", pa.float64()),
-        ("source_p80", pa.float64()),
-        ("protocol_digest", pa.string()),
-        ("workload_digest", pa.string()),
-        ("environment_digest", pa.string()),
-        ("implementation_digest", pa.string()),
-        ("workload_descriptor", pa.string()),
-        ("implementation_descriptor", pa.string()),
-        ("known_kernel", pa.bool_()),
-        ("source_key", pa.string()),
-        ("source_etag", pa.string()),
-        ("source_row", pa.int64()),
-    ]
-)
-
-# Per-descriptor columns of the runs table, in RUN_SCHEMA order.
-_DESCRIPTOR_FIELDS = (
-    "series_id",
-    "title",
-    "metric",
-    "kernel",
-    "operation_mode",
-    "provider",
-    "gpu_name",
-    "gpu_slug",
-    "gpu_architecture",
-    "liger_version",
-    "x_name",
-    "x_label",
-    "x_value",
-    "workload_slug",
-    "dtype",
-    "config",
-    "value_unit",
-    "protocol_digest",
-    "workload_digest",
-    "environment_digest",
-    "implementation_digest",
-    "workload_descriptor",
-    "implementation_descriptor",
-    "known_kernel",
-)
-
-
-# Per-descriptor string columns are written dictionary-encoded (see _build).
-_DICTIONARY_FIELDS = frozenset(_DESCRIPTOR_FIELDS) - {"known_kernel"}
-
-RUN_WRITE_SCHEMA = pa.schema(
-    [
-        pa.field(f.name, pa.dictionary(pa.int32(), pa.string()))
-        if f.name in _DICTIONARY_FIELDS
-        else f
-        for f in RUN_SCHEMA
-    ]
-)
 
 
 def _descriptor_row(d: Descriptor) -> dict[str, Any]:
@@ -205,7 +115,7 @@ class DescriptorTable:
             rows = [_descriptor_row(d) for d in self.descriptors]
             cols: dict[str, pa.Array] = {
                 name: pa.array([r[name] for r in rows], type=RUN_SCHEMA.field(name).type)
-                for name in _DESCRIPTOR_FIELDS
+                for name in DESCRIPTOR_FIELDS
             }
             frags = [_fragments(d) for d in self.descriptors]
             for i, part in enumerate(("frag_head", "frag_middle", "frag_source", "frag_tail")):

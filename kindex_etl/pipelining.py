@@ -1,0 +1,90 @@
+"""Overlapping the stages on a few cores: a read-ahead iterator and one writer thread.
+
+pyarrow parses, computes, compresses and writes without the GIL, so a reader thread, the
+normalizing thread and a writer thread really run at once; short queues keep memory bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class Background:
+    """One writer thread, fed through a short queue so memory stays bounded."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue(maxsize=1)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="kindex-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            if self._error is None:
+                try:
+                    job()
+                except BaseException as exc:  # re-raised in the submitting thread
+                    self._error = exc
+
+    def submit(self, job: Callable[[], None]) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(job)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+_DONE = object()
+
+
+def prefetch(items: Iterator[T], depth: int = 1) -> Iterator[T]:
+    """Iterate `items` in a thread, `depth` ahead (CSV parsing overlaps normalizing).
+
+    Errors are re-raised here, in order, where the item would have come.
+    """
+    slots: queue.Queue[object] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if stop.is_set():
+                    return
+                slots.put(item)
+            slots.put(_DONE)
+        except BaseException as exc:  # handed to the consumer
+            slots.put(exc)
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+
+    thread = threading.Thread(target=produce, name="kindex-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = slots.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item  # type: ignore[misc]
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            with contextlib.suppress(queue.Empty):
+                slots.get(timeout=0.05)
+        thread.join()
