@@ -30,7 +30,7 @@ def _open_files(warehouse: Warehouse) -> list[str]:
 
 def _read(warehouse: Warehouse, keys: list[str]) -> pa.Table | None:
     batch_of = {f["key"]: r["batch"] for r in warehouse.records for f in r.get("files", [])}
-    parts = [warehouse._read_parquet(batch_of[k], k, None) for k in keys]
+    parts = [warehouse.read_file(batch_of[k], k, None) for k in keys]
     return pa.concat_tables(parts) if parts else None
 
 

@@ -15,11 +15,9 @@ log, so any worker can continue where another stopped.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -92,12 +90,13 @@ class Warehouse:
             for f in record.get("files", []):
                 if layout.table_of(f["key"]) != table:
                     continue
-                parts.append(self._read_parquet(record["batch"], f["key"], columns))
+                parts.append(self.read_file(record["batch"], f["key"], columns))
         if not parts:
             return None
         return pa.concat_tables(parts, promote_options="permissive")
 
-    def _read_parquet(self, batch: str, key: str, columns: list[str] | None) -> pa.Table:
+    def read_file(self, batch: str, key: str, columns: list[str] | None = None) -> pa.Table:
+        """One committed Parquet file, wherever the commit protocol has it right now."""
         # Final key, staging, then the final key again: a publish running elsewhere copies
         # before it deletes, so a file missing from both of the first two looks has landed at
         # its final key by the third. On S3 the whole file is read into memory: fine for the
@@ -251,11 +250,3 @@ class Warehouse:
 
 def _writer_id() -> dict[str, Any]:
     return {"host": socket.gethostname(), "pid": os.getpid()}
-
-
-def file_entries(files: Iterable[tuple[str, int, int]]) -> list[dict[str, Any]]:
-    return [{"key": key, "rows": rows, "bytes": size} for key, rows, size in files]
-
-
-def suppress_missing() -> contextlib.AbstractContextManager[None]:
-    return contextlib.suppress(NotFound, FileNotFoundError)
