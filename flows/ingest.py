@@ -56,7 +56,15 @@ def warehouse_slot(url: str) -> Iterator[None]:
 
     strict=False: when the limit was never created, Prefect logs "Concurrency limits [...] do
     not exist - skipping acquisition." and the run goes ahead unserialized (still correct).
+    Without a configured API (the embedded default) no slot is taken at all.
     """
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():
+        # The embedded default: a private, temporary API server per process, where no limit
+        # exists and none could serialize anything. The commit protocol still guards writes.
+        yield
+        return
     with concurrency(warehouse_limit_name(url), occupy=1, strict=False):
         yield
 
