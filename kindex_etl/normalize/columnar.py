@@ -65,24 +65,26 @@ def _json_str(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _fragments(d: Descriptor) -> tuple[str, str, str, str]:
-    """The constant JSON text around a run's per-row values, keys in RFC 8785 order."""
+def _fragments(d: Descriptor) -> tuple[str, str]:
+    """The constant JSON text of a run: before its name, and between name and timestamp.
+
+    Keys are ordered so that everything a descriptor fixes comes first: a row then needs two
+    per-descriptor pieces, and the rest of its document is its own values.
+    """
     labels = json.dumps(d.labels, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     head = (
         '{"apiVersion":"kernelindex.dev/v1alpha1","kind":"BenchmarkRun","metadata":{"labels":'
-        f'{labels},"name":"'
+        f'{labels},"title":{_json_str(d.title)},"name":"'
     )
+    series = _json_str(d.series_id)[:-1]  # an open string: the timestamp slug closes it
     middle = (
-        f'","title":{_json_str(d.title)}}},"spec":{{"environmentDigest":"{d.environment_digest}",'
-        f'"implementationDigest":"{d.implementation_digest}","measurements":['
+        f'"}},"spec":{{"environmentDigest":"{d.environment_digest}",'
+        f'"implementationDigest":"{d.implementation_digest}",'
+        f'"protocolDigest":"{d.protocol_digest}","workloadDigest":"{d.workload_digest}",'
+        f'"sourceNative":{{"benchmark":{_json_str(d.benchmark)},"source":"liger-kernel-bench",'
+        f'"externalId":{series}/'
     )
-    series = _json_str(d.series_id)[:-1]  # open string, the timestamp slug closes it
-    source = (
-        f'","protocolDigest":"{d.protocol_digest}","sourceNative":{{"benchmark":'
-        f'{_json_str(d.benchmark)},"externalId":{series}/'
-    )
-    tail = f'"workloadDigest":"{d.workload_digest}"}}}}\n'
-    return head, middle, source, tail
+    return head, middle
 
 
 @dataclass
@@ -118,7 +120,7 @@ class DescriptorTable:
                 for name in DESCRIPTOR_FIELDS
             }
             frags = [_fragments(d) for d in self.descriptors]
-            for i, part in enumerate(("frag_head", "frag_middle", "frag_source", "frag_tail")):
+            for i, part in enumerate(("frag_head", "frag_middle")):
                 cols[part] = pa.array([f[i] for f in frags], type=pa.string())
             cols["name_prefix"] = pa.array(
                 [d.name_prefix for d in self.descriptors], type=pa.string()
@@ -479,10 +481,11 @@ class ColumnarNormalizer:
         finite: dict[str, pa.Array],
         scaled: dict[str, pa.Array],
     ) -> pa.Array:
-        """One BenchmarkRun document per row, keys in RFC 8785 order, ending in a newline.
+        """One BenchmarkRun document per row, ending in a newline.
 
-        A single join of per-descriptor fragments, per-row values, and pieces that are empty
-        where a point is missing: one pass over the output bytes.
+        A single join of two per-descriptor fragments, per-row values, and pieces that are empty
+        where a point is missing: one pass over the output bytes. Keys come in a fixed order
+        (descriptor-fixed ones first), the same for every document.
         """
         is_memory = pc.invert(is_speed)
         has_median = finite["50"]
@@ -507,34 +510,33 @@ class ColumnarNormalizer:
             )
             for q in ("20", "80")
         }
-        stats_close = '},"primaryStatistic":"median"},'
+        stats_close = '},"primaryStatistic":"median"}'
         memory_on = pc.and_(is_memory, has_median)
         timing_on = pc.and_(is_speed, has_median)
         return pc.binary_join_element_wise(
             cols["frag_head"].take(take),
             names,
             cols["frag_middle"].take(take),
-            opening["20"], integer["20"], when(finite["20"], "}"),
-            when(pc.and_(finite["20"], finite["80"]), ","),
-            opening["80"], integer["80"], when(finite["80"], "}"),
-            pa.scalar("],"),
-            when(memory_on, '"memory":{"peakBytes":{"median":'),
-            pc.if_else(memory_on, integer["50"], ""),
-            when(memory_on, stats_close),
-            pa.scalar('"observedAt":"'),
-            observed,
-            cols["frag_source"].take(take),
             ts_slug,
             pa.scalar('","metrics":{'),
             pc.if_else(is_speed, '"ms_20":', '"mb_20":'), numbers("20"),
             pc.if_else(is_speed, ',"ms_50":', ',"mb_50":'), numbers("50"),
             pc.if_else(is_speed, ',"ms_80":', ',"mb_80":'), numbers("80"),
-            pa.scalar('},"source":"liger-kernel-bench"},"status":"'),
+            pa.scalar('}},"measurements":['),
+            opening["20"], integer["20"], when(finite["20"], "}"),
+            when(pc.and_(finite["20"], finite["80"]), ","),
+            opening["80"], integer["80"], when(finite["80"], "}"),
+            pa.scalar('],"observedAt":"'),
+            observed,
+            pa.scalar('","status":"'),
             status,
-            pa.scalar('",'),
-            when(timing_on, '"timing":{"latencyNs":{"median":'),
+            pa.scalar('"'),
+            when(memory_on, ',"memory":{"peakBytes":{"median":'),
+            pc.if_else(memory_on, integer["50"], ""),
+            when(memory_on, stats_close),
+            when(timing_on, ',"timing":{"latencyNs":{"median":'),
             pc.if_else(timing_on, integer["50"], ""),
             when(timing_on, stats_close),
-            cols["frag_tail"].take(take),
+            pa.scalar("}}\n"),
             "",
         )  # fmt: skip
