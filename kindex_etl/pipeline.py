@@ -188,7 +188,7 @@ class Ingestor:
                     report.detail = bad.detail
                     report.quarantined += 1
                     reasons[bad.reason] += 1
-                    rejection = _file_rejection(source, bad)
+                    rejection = _held_back_without_row(source, [None], bad.reason, [bad.detail])
                     background.submit(partial(quarantine_writer.write, rejection))
                 except StorageError as exc:
                     raise StorageError(f"reading {source.key}: {exc}") from None
@@ -207,10 +207,9 @@ class Ingestor:
         known = self.existing_digests()
         digests, descriptor_files = descriptor_tables(workdir, batch, new_docs, known)
         files.extend(descriptor_files)
+        done = self.warehouse.done_objects()
         nothing_new = (
-            not files
-            and all(self.warehouse.done_objects().get(r.key) == r.etag for r in reports)
-            and not replayed_files
+            not files and all(done.get(r.key) == r.etag for r in reports) and not replayed_files
         )
         if nothing_new:
             self._indexed_seq = self.warehouse.head  # no key was added
@@ -289,7 +288,14 @@ class Ingestor:
                 )
             )
         if rb.malformed:
-            quarantined.append(_malformed(source, rb))
+            quarantined.append(
+                _held_back_without_row(
+                    source,
+                    [m.line for m in rb.malformed],
+                    "malformed_row",
+                    [f"{m.detail}: {m.text[:500]}" for m in rb.malformed],
+                )
+            )
         q = pa.concat_tables(quarantined) if len(quarantined) > 1 else quarantined[0]
         for reason in q.column("reason").to_pylist():
             reasons[reason] += 1
@@ -315,36 +321,20 @@ def _version_order(version: str) -> Version:
     return Version(version)
 
 
-def _empty_upstream_columns(n: int) -> dict[str, pa.Array]:
-    return {name: pa.array([""] * n, pa.string()) for name in UPSTREAM_COLUMNS}
-
-
-def _file_rejection(source: Source, bad: BadFile) -> pa.Table:
-    return pa.table(
-        {
-            "source_key": [source.key],
-            "source_etag": [source.etag],
-            "source_row": pa.array([None], pa.int64()),
-            "reason": [bad.reason],
-            "detail": [bad.detail],
-            "software": [source.software],
-            **_empty_upstream_columns(1),
-        },
-        schema=QUARANTINE_SCHEMA,
-    )
-
-
-def _malformed(source: Source, rb: RowBatch) -> pa.Table:
-    n = len(rb.malformed)
+def _held_back_without_row(
+    source: Source, lines: list[int | None], reason: str, details: list[str]
+) -> pa.Table:
+    """Quarantine entries that have no parsed row to keep (a bad file, a malformed line)."""
+    n = len(lines)
     return pa.table(
         {
             "source_key": [source.key] * n,
             "source_etag": [source.etag] * n,
-            "source_row": pa.array([m.line for m in rb.malformed], pa.int64()),
-            "reason": ["malformed_row"] * n,
-            "detail": [f"{m.detail}: {m.text[:500]}" for m in rb.malformed],
+            "source_row": pa.array(lines, pa.int64()),
+            "reason": [reason] * n,
+            "detail": details,
             "software": [source.software] * n,
-            **_empty_upstream_columns(n),
+            **{name: pa.array([""] * n, pa.string()) for name in UPSTREAM_COLUMNS},
         },
         schema=QUARANTINE_SCHEMA,
     )
