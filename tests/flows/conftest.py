@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers import write_csv
+
 # Before prefect is imported anywhere in this session: offline and quiet.
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -78,16 +80,6 @@ class Upstream:
 
     def key(self, entry: str) -> str:
         return f"benchmarks/{entry}/benchmark.csv"
-
-
-def write_csv(path: Path, rows: list[dict[str, str]]) -> None:
-    from kindex_etl.normalize.rows import UPSTREAM_COLUMNS
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=list(UPSTREAM_COLUMNS))
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def build_upstream(root: Path) -> Upstream:

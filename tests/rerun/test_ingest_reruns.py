@@ -18,7 +18,7 @@ import pytest
 from kindex_etl.load import layout
 from kindex_etl.pipeline import IngestOptions, ingest, open_warehouse
 from kindex_etl.rerun import run_rerun
-from kindex_etl.rerun.collect import COLUMNS
+from tests.helpers import write_csv
 
 from .conftest import FIXTURES, STANDIN_VERSION
 
@@ -48,14 +48,6 @@ def _upstream_copy(rows: list[dict[str, str]], **changes: str) -> list[dict[str,
     return [{**r, **changes} for r in rows]
 
 
-def _write(path: Path, rows: list[dict[str, str]]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=list(COLUMNS))
-        w.writeheader()
-        w.writerows(rows)
-
-
 def test_standin_upload_ingests_with_its_own_environment(
     standin_sdist: Path, tmp_path: Path
 ) -> None:
@@ -70,7 +62,7 @@ def test_standin_upload_ingests_with_its_own_environment(
     ours = list(csv.DictReader((Path(result.output_dir) / "benchmark.csv").open()))
     # Upstream measured the same GPU model (same name), recording no software.
     theirs_rows = _upstream_copy(ours[:4], liger_version="0.8.0", timestamp="2026-06-10 21:03:42")
-    _write(upstream / "benchmarks" / "abc1234-v0.8.0" / "benchmark.csv", theirs_rows)
+    write_csv(upstream / "benchmarks" / "abc1234-v0.8.0" / "benchmark.csv", theirs_rows)
 
     summary = ingest(str(upstream), str(tmp_path / "wh"), IngestOptions())
     assert summary.quarantined_rows == 0 and summary.runs_written == 36
