@@ -34,7 +34,7 @@ SAMPLE = REPO.parent / "shared" / "upstream-sample" / "all_benchmark_data.csv"
 
 def base_table() -> pa.Table:
     if SAMPLE.is_file():
-        from kindex_etl.normalize.rows import UPSTREAM_COLUMNS
+        from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
 
         # Every column as text, exactly as upstream wrote it.
         types = {name: pa.string() for name in UPSTREAM_COLUMNS}

@@ -78,7 +78,7 @@ def apply(warehouse_urls: Sequence[str], env: dict[str, str]) -> list[str]:
     )
     from prefect.exceptions import ObjectNotFound
 
-    from flows.ingest import normalize_warehouse_url, warehouse_limit_name
+    from flows.common import normalize_warehouse_url, warehouse_limit_name
 
     done = []
     with get_client(sync_client=True) as client:
@@ -104,7 +104,7 @@ def apply(warehouse_urls: Sequence[str], env: dict[str, str]) -> list[str]:
 
 def commands(warehouse_urls: Sequence[str], env: dict[str, str], outdir: Path) -> list[str]:
     """The same setup as `prefect` CLI commands (templates written to `outdir`)."""
-    from flows.ingest import warehouse_limit_name
+    from flows.common import warehouse_limit_name
 
     out = []
     for name, (kind, template) in pool_templates(env).items():

@@ -2,7 +2,7 @@
 
 Deployed as `kindex-gpu-rerun/gpu-rerun` (KINDEX_RERUN_DEPLOYMENT) on a work pool whose worker
 runs on a GPU host; the ingest starts it with `run_deployment(..., timeout=0)` when it sees a
-new release (kindex_etl/trigger). The work itself is `kindex_etl.rerun.run_rerun` (plain
+new release (kindex_etl/trigger). The work itself is `kindex_etl.gpu.run_rerun` (plain
 Python, also `kindex-etl rerun`); see docs/reruns.md.
 
 It uploads `benchmark.csv`, `environment.json`, `run.json` and `logs/` under
@@ -17,8 +17,8 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
-from kindex_etl.rerun import DEFAULT_KERNELS, RerunResult, run_rerun
-from kindex_etl.rerun.runner import DEFAULT_SCRIPT_TIMEOUT_S
+from kindex_etl.gpu import DEFAULT_KERNELS, RerunResult, run_rerun
+from kindex_etl.gpu.runner import DEFAULT_SCRIPT_TIMEOUT_S
 
 
 @task(name="run-benchmarks", cache_policy=NONE)
@@ -29,7 +29,7 @@ def run_benchmarks(**kwargs: Any) -> RerunResult:
 
 @task(name="report-to-warehouse", retries=3, retry_delay_seconds=[2, 10, 30], cache_policy=NONE)
 def report_back(warehouse: str, result: RerunResult) -> None:
-    from kindex_etl.rerun.command import report_back as report
+    from kindex_etl.gpu.command import report_back as report
 
     report(warehouse, result)
 

@@ -160,7 +160,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from kindex_etl.catalog import load_catalog
-    from kindex_etl.replay import replay
+    from kindex_etl.ingestion.replay import replay
     from kindex_etl.storage import StorageError
 
     try:
@@ -173,7 +173,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def cmd_quarantine(args: argparse.Namespace) -> int:
-    from kindex_etl.replay import open_quarantine
+    from kindex_etl.ingestion.replay import open_quarantine
     from kindex_etl.storage import StorageError
 
     try:
@@ -196,7 +196,7 @@ def cmd_quarantine(args: argparse.Namespace) -> int:
 def cmd_schema(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from kindex_etl.models import json_schemas
+    from kindex_etl.contracts.documents import json_schemas
 
     schemas = json_schemas()
     if args.out:
@@ -218,12 +218,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_reruns(args: argparse.Namespace) -> int:
-    from kindex_etl.pipeline import open_warehouse
+    from kindex_etl.load.warehouse import open_warehouse
+    from kindex_etl.reruns import list_reruns, request_rerun
     from kindex_etl.storage import StorageError
-    from kindex_etl.trigger import list_reruns, request_rerun
 
     try:
-        warehouse = open_warehouse(args.warehouse)
+        # Listing reads only: a mistyped path is an error, never a new folder.
+        warehouse = open_warehouse(args.warehouse, create=bool(args.request))
         if args.request:
             _quiet_prefect()
             made = request_rerun(
@@ -249,7 +250,7 @@ def cmd_reruns(args: argparse.Namespace) -> int:
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
-    from kindex_etl.rerun.command import run_from_args
+    from kindex_etl.gpu.command import run_from_args
 
     return run_from_args(args)
 
@@ -309,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_reruns)
 
-    from kindex_etl.rerun.command import add_arguments as add_rerun_arguments
+    from kindex_etl.gpu.command import add_arguments as add_rerun_arguments
 
     p = sub.add_parser("rerun", help="run a liger-kernel release's benchmarks on this GPU")
     add_rerun_arguments(p)

@@ -5,15 +5,19 @@
     KINDEX_RERUN_DEPLOYMENT  the Prefect deployment that runs GPU re-runs ("flow/deployment")
     KINDEX_CATALOG_DIR       a directory whose gpus.json / kernels.json override the packaged ones
     KINDEX_ORPHAN_GRACE_S    staging older than this with no commit is removed (seconds)
+    KINDEX_PYPI_URL          the package index (Simple API) GPU re-runs fetch sdists from
+    KINDEX_SDIST_CACHE       where fetched sdists are kept (sha256-checked before reuse)
+    KINDEX_OFFLINE           1: the demo fetches nothing and uses its generated sample
 
-Credentials are never configured here: S3 access uses the standard AWS chain only.
+This is the only module that reads them, so `deploy/setup.py` can carry every one of them into
+the work pools. Credentials are never configured here: S3 access uses the standard AWS chain.
 """
 
 from __future__ import annotations
 
-from functools import cache
-
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_PYPI_URL = "https://pypi.org/simple"
 
 
 class Settings(BaseSettings):
@@ -24,8 +28,11 @@ class Settings(BaseSettings):
     rerun_deployment: str = "kindex-gpu-rerun/gpu-rerun"
     catalog_dir: str | None = None
     orphan_grace_s: float = 3600.0
+    pypi_url: str = DEFAULT_PYPI_URL
+    sdist_cache: str = "~/.cache/kindex-etl/sdists"
+    offline: bool = False
 
 
-@cache
 def settings() -> Settings:
+    """The settings as the environment has them now (cheap: read on each call, never stale)."""
     return Settings()

@@ -10,12 +10,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import tarfile
 from pathlib import Path
 from typing import Any
 
-from .normalize.rows import UPSTREAM_COLUMNS
+from kindex_etl.config import settings
+from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
 
 DEMO_VERSION = "0.8.5"
 UPSTREAM_DATA_FILE = "benchmark/data/all_benchmark_data.csv"
@@ -32,7 +32,7 @@ def fetch_upstream_csv(version: str = DEMO_VERSION, timeout: float = 15.0) -> by
     The sdist comes through the GPU re-run's harness fetch: PyPI's Simple API, sha256-checked,
     cached.
     """
-    from .rerun.harness import HarnessError, fetch_sdist
+    from kindex_etl.gpu.harness import HarnessError, fetch_sdist
 
     try:
         sdist = fetch_sdist(version, timeout=timeout)
@@ -174,7 +174,7 @@ def run_demo(workdir: str, *, offline: bool = False) -> int:
 
     root = Path(workdir).resolve()
     upstream, warehouse = root / "upstream", root / "warehouse"
-    offline = offline or os.environ.get("KINDEX_OFFLINE") == "1"
+    offline = offline or settings().offline
     origin = lay_out_upstream(upstream, offline=offline)
     print(f"upstream: {upstream} ({origin})")
     summary = ingest_flow(upstream=str(upstream), warehouse=str(warehouse))

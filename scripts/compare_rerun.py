@@ -28,8 +28,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kindex_etl.ingestion.run import open_warehouse
 from kindex_etl.load import layout
-from kindex_etl.pipeline import open_warehouse
 
 KEY = ["kernel", "operation_mode", "provider", "metric", "workload_digest"]
 RUN_COLUMNS = [

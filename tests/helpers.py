@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from kindex_etl.normalize.rows import UPSTREAM_COLUMNS
+from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from kindex_etl import IngestOptions, ingest
 from kindex_etl.load import layout
-from kindex_etl.pipeline import IngestOptions, ingest
 from tests.load import (
     SEED_ROW,
     data_objects,

@@ -10,8 +10,8 @@ import re
 import duckdb
 import pytest
 
+from kindex_etl import ingest
 from kindex_etl.demo import lay_out_upstream
-from kindex_etl.pipeline import ingest
 from tests.helpers import REPO
 
 README = (REPO / "README.md").read_text()

@@ -8,7 +8,6 @@ pure and cached: the normalizer calls them once per distinct value, not per row.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -120,4 +119,6 @@ def load_catalog(override_dir: str | Path | None = None) -> Catalog:
 
 @cache
 def default_catalog() -> Catalog:
-    return load_catalog(os.environ.get("KINDEX_CATALOG_DIR") or None)
+    from kindex_etl.config import settings
+
+    return load_catalog(settings().catalog_dir)

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from ..storage import NotFound, ObjectInfo, ObjectStore
+from kindex_etl.storage import NotFound, ObjectInfo, ObjectStore
 
 ENVIRONMENT_SIDECAR = "environment.json"
 COMMITS_LIST = "commits.txt"
@@ -37,7 +37,7 @@ def discover(
     A CSV whose folder holds an `environment.json` (what our GPU re-runs upload) gets those
     host facts as its environment's software; upstream folders have none.
     """
-    from ..digest import canonical_json
+    from kindex_etl.contracts.digests import canonical_json
 
     objects = list(store.list(prefix))
     sidecars = {_folder(o.key) for o in objects if o.key.rsplit("/", 1)[-1] == ENVIRONMENT_SIDECAR}

@@ -9,17 +9,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 
-from ..normalize.rows import UPSTREAM_COLUMNS
-from ..storage import ObjectStore
+from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
+from kindex_etl.errors import BadFile
+from kindex_etl.storage import ObjectStore
 
 BLOCK_SIZE = 6 << 20
-
-
-class BadFile(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 @dataclass

@@ -9,55 +9,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..normalize.descriptors import Descriptor
-from . import layout
-from .writers import JsonLinesWriter, ParquetTableWriter, WrittenFile
-
-PROTOCOL_SCHEMA = pa.schema(
-    [
-        ("digest", pa.string()),
-        ("name", pa.string()),
-        ("title", pa.string()),
-        ("metric", pa.string()),
-        ("timed_pass", pa.string()),
-        ("notes", pa.string()),
-        ("document", pa.string()),
-    ]
+from kindex_etl.contracts.tables import (
+    ENVIRONMENT_SCHEMA,
+    IMPLEMENTATION_SCHEMA,
+    PROTOCOL_SCHEMA,
+    WORKLOAD_SCHEMA,
 )
-ENVIRONMENT_SCHEMA = pa.schema(
-    [
-        ("digest", pa.string()),
-        ("name", pa.string()),
-        ("title", pa.string()),
-        ("vendor", pa.string()),
-        ("product", pa.string()),
-        ("form_factor", pa.string()),
-        ("architecture", pa.string()),
-        ("software", pa.string()),
-        ("document", pa.string()),
-    ]
-)
-WORKLOAD_SCHEMA = pa.schema(
-    [
-        ("digest", pa.string()),
-        ("kernel", pa.string()),
-        ("dtype", pa.string()),
-        ("parameters", pa.string()),
-        ("sweep_source", pa.string()),
-        ("sweep_value", pa.string()),
-        ("workload_slug", pa.string()),
-        ("descriptor", pa.string()),
-    ]
-)
-IMPLEMENTATION_SCHEMA = pa.schema(
-    [
-        ("digest", pa.string()),
-        ("provider", pa.string()),
-        ("kernel", pa.string()),
-        ("liger_version", pa.string()),
-        ("descriptor", pa.string()),
-    ]
-)
+from kindex_etl.load import layout
+from kindex_etl.load.writers import JsonLinesWriter, ParquetTableWriter, WrittenFile
+from kindex_etl.normalize.descriptors import Descriptor
 
 
 def _json(value: Any) -> str:

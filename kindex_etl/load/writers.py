@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from . import layout
+from kindex_etl.load import layout
 
 # store_schema=False: readers see plain strings, not the dictionary types we write with
 # (Parquet's dictionary pages are an encoding detail; pandas would turn them into categoricals).

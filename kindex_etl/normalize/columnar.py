@@ -8,8 +8,6 @@ in one contiguous buffer that is written as is.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,21 +15,34 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..catalog import Catalog
-from .descriptors import KEY_COLUMNS, Descriptor, DescriptorKey, Rejected, Resolver
-from .rows import NUMBER, TIMESTAMP, UPSTREAM_COLUMNS
-from .tables import (
+from kindex_etl.catalog import Catalog
+from kindex_etl.contracts.tables import (
     DESCRIPTOR_FIELDS,
-    QUARANTINE_SCHEMA,
     RUN_SCHEMA,
     RUN_WRITE_SCHEMA,
 )
+from kindex_etl.contracts.upstream import (
+    MIB,
+    NS_PER_MS,
+    NUMBER,
+    TIMESTAMP,
+    TIMESTAMP_FORMAT,
+)
+from kindex_etl.normalize.descriptors import (
+    KEY_COLUMNS,
+    Descriptor,
+    DescriptorKey,
+    Rejected,
+    Resolver,
+)
+from kindex_etl.normalize.documents import fragments, run_documents
+from kindex_etl.normalize.quarantine import quarantine_table
 
-MIB = float(1 << 20)
 _EPOCH_LIMIT = 1 << 32
 
 
-def _descriptor_row(d: Descriptor) -> dict[str, Any]:
+def descriptor_values(d: Descriptor) -> dict[str, Any]:
+    """The per-descriptor columns of a run (`DESCRIPTOR_FIELDS`), by name."""
     k = d.key
     return {
         "series_id": d.series_id,
@@ -61,32 +72,6 @@ def _descriptor_row(d: Descriptor) -> dict[str, Any]:
     }
 
 
-def _json_str(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
-
-
-def _fragments(d: Descriptor) -> tuple[str, str]:
-    """The constant JSON text of a run: before its name, and between name and timestamp.
-
-    Keys are ordered so that everything a descriptor fixes comes first: a row then needs two
-    per-descriptor pieces, and the rest of its document is its own values.
-    """
-    labels = json.dumps(d.labels, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    head = (
-        '{"apiVersion":"kernelindex.dev/v1alpha1","kind":"BenchmarkRun","metadata":{"labels":'
-        f'{labels},"title":{_json_str(d.title)},"name":"'
-    )
-    series = _json_str(d.series_id)[:-1]  # an open string: the timestamp slug closes it
-    middle = (
-        f'"}},"spec":{{"environmentDigest":"{d.environment_digest}",'
-        f'"implementationDigest":"{d.implementation_digest}",'
-        f'"protocolDigest":"{d.protocol_digest}","workloadDigest":"{d.workload_digest}",'
-        f'"sourceNative":{{"benchmark":{_json_str(d.benchmark)},"source":"liger-kernel-bench",'
-        f'"externalId":{series}/'
-    )
-    return head, middle
-
-
 @dataclass
 class DescriptorTable:
     """Descriptors resolved so far in this process, as columns that rows index into."""
@@ -114,12 +99,12 @@ class DescriptorTable:
 
     def columns(self) -> dict[str, pa.Array]:
         if self._size != len(self.descriptors):
-            rows = [_descriptor_row(d) for d in self.descriptors]
+            rows = [descriptor_values(d) for d in self.descriptors]
             cols: dict[str, pa.Array] = {
                 name: pa.array([r[name] for r in rows], type=RUN_SCHEMA.field(name).type)
                 for name in DESCRIPTOR_FIELDS
             }
-            frags = [_fragments(d) for d in self.descriptors]
+            frags = [fragments(d) for d in self.descriptors]
             for i, part in enumerate(("frag_head", "frag_middle")):
                 cols[part] = pa.array([f[i] for f in frags], type=pa.string())
             cols["name_prefix"] = pa.array(
@@ -141,32 +126,6 @@ class NormalizedBatch:
     keys: np.ndarray  # per valid row: uint64 run key
     fingerprints: np.ndarray  # per valid row
     good: np.ndarray  # per valid row: its index in the input batch
-
-
-def quarantine_table(
-    batch: pa.RecordBatch,
-    idx: np.ndarray,
-    reasons: Sequence[str],
-    details: Sequence[str],
-    source_key: str,
-    source_etag: str,
-    lines: np.ndarray,
-    software: str,
-) -> pa.Table:
-    """Rows `idx` of `batch`, verbatim, with where they came from and why they are held back."""
-    n = len(idx)
-    cols: dict[str, Any] = {
-        "source_key": pa.array([source_key] * n, pa.string()),
-        "source_etag": pa.array([source_etag] * n, pa.string()),
-        "source_row": pa.array(lines[idx], pa.int64()),
-        "reason": pa.array(reasons, pa.string()),
-        "detail": pa.array(details, pa.string()),
-        "software": pa.array([software] * n, pa.string()),
-    }
-    taken = batch.take(pa.array(idx, pa.int64()))
-    for name in UPSTREAM_COLUMNS:
-        cols[name] = taken.column(name)
-    return pa.table(cols, schema=QUARANTINE_SCHEMA)
 
 
 def _splitmix(x: np.ndarray) -> np.ndarray:
@@ -208,7 +167,7 @@ class Timestamps:
 
     @classmethod
     def parse(cls, texts: pa.Array) -> Timestamps:
-        seconds = pc.strptime(texts, format="%Y-%m-%d %H:%M:%S", unit="s", error_is_null=True)
+        seconds = pc.strptime(texts, format=TIMESTAMP_FORMAT, unit="s", error_is_null=True)
         ok = pc.fill_null(
             pc.and_(pc.match_substring_regex(texts, TIMESTAMP.pattern), pc.is_valid(seconds)),
             False,
@@ -400,7 +359,7 @@ class ColumnarNormalizer:
         ts_take = pa.array(ts_codes, pa.int64())
         n = len(good)
         is_speed = cols["is_speed"].take(take)
-        scale = pc.if_else(is_speed, 1e6, MIB)
+        scale = pc.if_else(is_speed, float(NS_PER_MS), float(MIB))
         raw = {q: pa.array(values[q][good], pa.float64()) for q in values}
         finite = {q: pc.is_finite(raw[q]) for q in raw}
         scaled = {
@@ -423,7 +382,7 @@ class ColumnarNormalizer:
         )
         external = pc.binary_join_element_wise(cols["series_id"].take(take), ts_slug, "/")
 
-        json_lines = self._json_lines(
+        json_lines = run_documents(
             cols, take, is_speed, names, observed, ts_slug, status, raw, finite, scaled
         )
 
@@ -467,76 +426,3 @@ class ColumnarNormalizer:
             fingerprints=fps,
             good=good,
         )
-
-    @staticmethod
-    def _json_lines(
-        cols: dict[str, pa.Array],
-        take: pa.Array,
-        is_speed: pa.Array,
-        names: pa.Array,
-        observed: pa.Array,
-        ts_slug: pa.Array,
-        status: pa.Array,
-        raw: dict[str, pa.Array],
-        finite: dict[str, pa.Array],
-        scaled: dict[str, pa.Array],
-    ) -> pa.Array:
-        """One BenchmarkRun document per row, ending in a newline.
-
-        A single join of two per-descriptor fragments, per-row values, and pieces that are empty
-        where a point is missing: one pass over the output bytes. Keys come in a fixed order
-        (descriptor-fixed ones first), the same for every document.
-        """
-        is_memory = pc.invert(is_speed)
-        has_median = finite["50"]
-
-        def when(mask: pa.Array, text: str) -> pa.Array:
-            return pc.if_else(mask, text, "")
-
-        def numbers(q: str) -> pa.Array:
-            # Arrow writes the shortest text that reads back as the same double: JSON-valid.
-            return pc.if_else(finite[q], pc.cast(raw[q], pa.string()), "null")
-
-        integer = {q: pc.fill_null(pc.cast(scaled[q], pa.string()), "") for q in scaled}
-        opening = {
-            q: pc.if_else(
-                finite[q],
-                pc.if_else(
-                    is_speed,
-                    f'{{"metric":"latency","statistic":"p{q}","unit":"ns","value":',
-                    f'{{"metric":"peak_memory","statistic":"p{q}","unit":"bytes","value":',
-                ),
-                "",
-            )
-            for q in ("20", "80")
-        }
-        stats_close = '},"primaryStatistic":"median"}'
-        memory_on = pc.and_(is_memory, has_median)
-        timing_on = pc.and_(is_speed, has_median)
-        return pc.binary_join_element_wise(
-            cols["frag_head"].take(take),
-            names,
-            cols["frag_middle"].take(take),
-            ts_slug,
-            pa.scalar('","metrics":{'),
-            pc.if_else(is_speed, '"ms_20":', '"mb_20":'), numbers("20"),
-            pc.if_else(is_speed, ',"ms_50":', ',"mb_50":'), numbers("50"),
-            pc.if_else(is_speed, ',"ms_80":', ',"mb_80":'), numbers("80"),
-            pa.scalar('}},"measurements":['),
-            opening["20"], integer["20"], when(finite["20"], "}"),
-            when(pc.and_(finite["20"], finite["80"]), ","),
-            opening["80"], integer["80"], when(finite["80"], "}"),
-            pa.scalar('],"observedAt":"'),
-            observed,
-            pa.scalar('","status":"'),
-            status,
-            pa.scalar('"'),
-            when(memory_on, ',"memory":{"peakBytes":{"median":'),
-            pc.if_else(memory_on, integer["50"], ""),
-            when(memory_on, stats_close),
-            when(timing_on, ',"timing":{"latencyNs":{"median":'),
-            pc.if_else(timing_on, integer["50"], ""),
-            when(timing_on, stats_close),
-            pa.scalar("}}\n"),
-            "",
-        )  # fmt: skip

@@ -18,10 +18,16 @@ from typing import Any, NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
-from ..catalog import Catalog
-from ..digest import canonical_json, digest
-from ..models.documents import BenchmarkProtocol, ExecutionEnvironment, Implementation, Workload
-from .slugs import NAME_LIMIT, compact, slug, value_slug
+from kindex_etl.catalog import Catalog
+from kindex_etl.contracts.digests import canonical_json, digest
+from kindex_etl.contracts.documents import (
+    BenchmarkProtocol,
+    ExecutionEnvironment,
+    Implementation,
+    Workload,
+)
+from kindex_etl.errors import Rejected
+from kindex_etl.normalize.slugs import NAME_LIMIT, compact, slug, value_slug
 
 # Identifiers that end up verbatim in externalIds must not be able to forge a path segment.
 _IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -58,15 +64,6 @@ KEY_COLUMNS = (
     "gpu_name",
     "liger_version",
 )
-
-
-class Rejected(Exception):
-    """The key cannot become a run; `reason` is a stable code, `detail` says why."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
-        self.detail = detail
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import urlparse
 
-from .base import (
+from kindex_etl.storage.base import (
     NotFound,
     ObjectInfo,
     ObjectStore,
@@ -12,7 +13,7 @@ from .base import (
     StorageError,
     check_key,
 )
-from .local import LocalStore
+from kindex_etl.storage.local import LocalStore
 
 __all__ = [
     "LocalStore",
@@ -23,14 +24,25 @@ __all__ = [
     "StorageError",
     "check_key",
     "open_store",
+    "store_url",
 ]
+
+
+def store_url(url: str) -> str:
+    """The URL a store opened from `url` reports (`ObjectStore.url`), without opening it."""
+    parsed = urlparse(url)
+    if parsed.scheme == "s3":
+        prefix = parsed.path.strip("/")
+        return f"s3://{parsed.netloc}/{prefix}" if prefix else f"s3://{parsed.netloc}"
+    path = parsed.path if parsed.scheme == "file" else url
+    return str(Path(path).resolve())
 
 
 def open_store(url: str, *, create: bool = False) -> ObjectStore:
     """Open the store a URL names. `create` makes a missing local directory (warehouses)."""
     parsed = urlparse(url)
     if parsed.scheme == "s3":
-        from .s3 import S3Store
+        from kindex_etl.storage.s3 import S3Store
 
         return S3Store.from_url(url)
     if parsed.scheme in ("", "file"):

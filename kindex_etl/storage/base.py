@@ -14,17 +14,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 
+from kindex_etl.errors import NotFound, PreconditionFailed, StorageError
 
-class StorageError(Exception):
-    """A store could not be reached or used; the message never carries credentials."""
-
-
-class PreconditionFailed(StorageError):
-    """A conditional write lost: the object exists (create) or changed (update)."""
-
-
-class NotFound(StorageError):
-    """The object does not exist."""
+__all__ = [
+    "NotFound",
+    "ObjectInfo",
+    "ObjectStore",
+    "PreconditionFailed",
+    "StorageError",
+    "check_key",
+]
 
 
 _BAD_SEGMENTS = {"", ".", ".."}
@@ -83,6 +82,10 @@ class ObjectStore(Protocol):
 
     def put_file(self, key: str, path: Path) -> str:
         """Upload a local file (streamed, in parts when large); returns its ETag."""
+        ...
+
+    def move_file(self, key: str, path: Path) -> str:
+        """Like put_file, but the store takes the local file over (it is gone afterwards)."""
         ...
 
     def copy(self, src_key: str, dst_key: str) -> None:

@@ -11,7 +11,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from .base import NotFound, ObjectInfo, PreconditionFailed, StorageError, check_key
+from kindex_etl.storage.base import (
+    NotFound,
+    ObjectInfo,
+    PreconditionFailed,
+    StorageError,
+    check_key,
+)
 
 # delete() prunes empty folders, so a folder just made for a new file can vanish before the
 # file lands in it when another process deletes at the same time; making it again settles it.

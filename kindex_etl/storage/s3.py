@@ -34,7 +34,13 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from .base import NotFound, ObjectInfo, PreconditionFailed, StorageError, check_key
+from kindex_etl.storage.base import (
+    NotFound,
+    ObjectInfo,
+    PreconditionFailed,
+    StorageError,
+    check_key,
+)
 
 _CLIENT_CONFIG = Config(
     # Standard mode retries throttling and 5xx with backoff; 10 attempts rides out the brief
@@ -264,6 +270,11 @@ class S3Store:
         if info is None:
             raise NotFound(f"upload {self._where(full)}: object missing right after upload")
         return info.etag
+
+    def move_file(self, key: str, path: Path) -> str:
+        etag = self.put_file(key, path)
+        path.unlink(missing_ok=True)
+        return etag
 
     def copy(self, src_key: str, dst_key: str) -> None:
         src, dst = self._key(src_key), self._key(dst_key)

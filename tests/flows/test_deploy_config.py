@@ -159,7 +159,7 @@ def test_dockerfiles(name: str) -> None:
 
 
 def test_warehouse_limit_name_follows_the_opened_store(tmp_path: Path) -> None:
-    from flows.ingest import normalize_warehouse_url, warehouse_limit_name
+    from flows.common import normalize_warehouse_url, warehouse_limit_name
     from kindex_etl.storage import open_store
 
     (tmp_path / "wh").mkdir()

@@ -232,7 +232,7 @@ def assert_consistent(url: str) -> dict[str, Any]:
 
 INGEST_SNIPPET = """
 import os, sys, time
-from kindex_etl.pipeline import IngestOptions, ingest, summary_json
+from kindex_etl import IngestOptions, ingest
 # A start line for writers that must race: everything is imported, the ingest begins at once
 # when the file KINDEX_TEST_GO_FILE exists, or when another writer has written the warehouse
 # key KINDEX_TEST_GO_KEY (given up on after two minutes).
@@ -246,7 +246,7 @@ if os.environ.get("KINDEX_TEST_GO_KEY"):
         time.sleep(0.01)
 options = IngestOptions(trigger=False, **({} if sys.argv[3] == "0" else
                         {"max_objects_per_commit": int(sys.argv[3])}))
-print(summary_json(ingest(sys.argv[1], sys.argv[2], options)))
+print(ingest(sys.argv[1], sys.argv[2], options).to_json())
 """
 
 

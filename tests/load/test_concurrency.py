@@ -20,11 +20,14 @@ from typing import Any
 
 import pytest
 
+from kindex_etl import IngestOptions, ingest
 from kindex_etl.catalog import default_catalog
 from kindex_etl.extract.discover import discover
+from kindex_etl.ingestion.batch import Ingestor
+from kindex_etl.ingestion.run import _source
 from kindex_etl.load import layout
-from kindex_etl.load.commit import Warehouse
-from kindex_etl.pipeline import IngestOptions, Ingestor, _source, ingest
+from kindex_etl.load.record import CommitRecord
+from kindex_etl.load.warehouse import Warehouse
 from kindex_etl.storage import ObjectStore, PreconditionFailed, open_store
 
 from . import (
@@ -89,23 +92,23 @@ def test_losing_a_race_on_the_same_batch_keeps_the_winners_files(
     clean-up must not delete what the winner's commit record now names."""
     upstream, wh = _upstream(new_url("up")), new_url("wh")
     (wa, ia), (wb, ib) = _rival(wh), _rival(wh)
-    record_a, *_ = ia.process(_sources(upstream))
-    record_b, *_ = ib.process(_sources(upstream))
+    record_a = ia.process(_sources(upstream)).record
+    record_b = ib.process(_sources(upstream)).record
     assert record_a is not None and record_b is not None
-    assert record_a["batch"] == record_b["batch"]
+    assert record_a.batch == record_b.batch
     wa.commit(record_a)
     with pytest.raises(PreconditionFailed):
         wb.commit(record_b)
     if loser_first:
-        wb.discard(record_b["batch"])
+        wb.discard(record_b.batch)
         wa.publish(record_a)
     else:
         wa.publish(record_a)
-        wb.discard(record_b["batch"])
+        wb.discard(record_b.batch)
     wa.update_snapshot()
     state = assert_consistent(wh)
-    assert set(state["data"]) == {f["key"] for f in record_a["files"]}
-    assert tables(state["data"])[layout.RUNS].num_rows == record_a["counts"]["runs"]
+    assert set(state["data"]) == {f.key for f in record_a.files}
+    assert tables(state["data"])[layout.RUNS].num_rows == record_a.counts.runs
 
 
 def test_a_published_file_is_never_replaced(new_url: Callable[[str], str]) -> None:
@@ -114,8 +117,8 @@ def test_a_published_file_is_never_replaced(new_url: Callable[[str], str]) -> No
     that must drop the late copy, not overwrite a file readers may be fetching ranges of."""
     upstream, wh = _upstream(new_url("up")), new_url("wh")
     (wa, ia), (wb, ib) = _rival(wh), _rival(wh)
-    record_a, *_ = ia.process(_sources(upstream))
-    record_b, *_ = ib.process(_sources(upstream))
+    record_a = ia.process(_sources(upstream)).record
+    record_b = ib.process(_sources(upstream)).record
     assert record_a is not None and record_b is not None
     wa.commit(record_a)
     wa.publish(record_a)
@@ -123,10 +126,10 @@ def test_a_published_file_is_never_replaced(new_url: Callable[[str], str]) -> No
     published = data_objects(wh)
     store = open_store(wh)
     for key in published:  # the loser's late staging, standing in for different bytes
-        store.put_bytes(layout.staging_key(record_b["batch"], key), b"late copy of " + key.encode())
+        store.put_bytes(layout.staging_key(record_b.batch, key), b"late copy of " + key.encode())
     with pytest.raises(PreconditionFailed):
         wb.commit(record_b)
-    wb.discard(record_b["batch"])
+    wb.discard(record_b.batch)
     assert data_objects(wh) == published
     assert_consistent(wh)
 
@@ -135,16 +138,16 @@ def test_losing_to_another_batch_discards_own_staging(new_url: Callable[[str], s
     upstream, wh = _upstream(new_url("up"), n=2), new_url("wh")
     (wa, ia), (wb, ib) = _rival(wh), _rival(wh)
     sources = _sources(upstream)
-    record_a, *_ = ia.process(sources[:1])
-    record_b, *_ = ib.process(sources[1:])
+    record_a = ia.process(sources[:1]).record
+    record_b = ib.process(sources[1:]).record
     assert record_a is not None and record_b is not None
-    assert record_a["batch"] != record_b["batch"]
+    assert record_a.batch != record_b.batch
     wa.commit(record_a)
     with pytest.raises(PreconditionFailed):
         wb.commit(record_b)
-    wb.discard(record_b["batch"])
-    assert keys_under(wh, f"{layout.STAGING}{record_b['batch']}/") == set()
-    assert keys_under(wh, f"{layout.STAGING}{record_a['batch']}/")  # the winner's, untouched
+    wb.discard(record_b.batch)
+    assert keys_under(wh, f"{layout.STAGING}{record_b.batch}/") == set()
+    assert keys_under(wh, f"{layout.STAGING}{record_a.batch}/")  # the winner's, untouched
     wa.publish(record_a)
     wa.update_snapshot()
     assert_consistent(wh)
@@ -181,9 +184,9 @@ class _Interleave:
         return call
 
 
-def _committed_unpublished(upstream: str, wh: str) -> dict[str, Any]:
+def _committed_unpublished(upstream: str, wh: str) -> CommitRecord:
     warehouse, ingestor = _rival(wh)
-    record, *_ = ingestor.process(_sources(upstream))
+    record = ingestor.process(_sources(upstream)).record
     assert record is not None
     warehouse.commit(record)
     return record
@@ -225,7 +228,7 @@ def test_reader_during_a_publish(new_url: Callable[[str], str]) -> None:
     reader.refresh()
     table = reader.read_table(layout.RUNS)
     assert store.fired
-    assert table is not None and table.num_rows == record["counts"]["runs"]
+    assert table is not None and table.num_rows == record.counts.runs
 
 
 def test_snapshot_never_lists_unpublished_files(new_url: Callable[[str], str]) -> None:
@@ -235,19 +238,19 @@ def test_snapshot_never_lists_unpublished_files(new_url: Callable[[str], str]) -
     store = open_store(upstream)
     first, second = discover(store)
     wa, ia = _rival(wh)
-    record_a, *_ = ia.process([_source(store, first)])
+    record_a = ia.process([_source(store, first)]).record
     assert record_a is not None
     wa.commit(record_a)  # ...and no publish: the writer is gone
     wb = Warehouse(open_store(wh))
     wb.refresh()  # no recover: B meets A's batch only when it advances the snapshot
     ib = Ingestor(wb, default_catalog())
-    record_b, *_ = ib.process([_source(store, second)])
+    record_b = ib.process([_source(store, second)]).record
     assert record_b is not None
     wb.commit(record_b)
     wb.publish(record_b)
     wb.update_snapshot()
     listed = snapshot_keys(wh)
-    assert listed == committed_keys([record_a, record_b])
+    assert listed == committed_keys([record_a.model_dump(), record_b.model_dump()])
     assert listed <= set(data_objects(wh))
     assert_consistent(wh)
 

@@ -19,9 +19,9 @@ from typing import Any
 
 import pytest
 
+from kindex_etl import IngestOptions, ingest
 from kindex_etl.load import layout
-from kindex_etl.load.commit import Warehouse
-from kindex_etl.pipeline import IngestOptions, ingest
+from kindex_etl.load.warehouse import Warehouse
 from kindex_etl.storage import open_store
 
 from . import (

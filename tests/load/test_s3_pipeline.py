@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kindex_etl.digest import digest
+from kindex_etl import IngestOptions, ingest
+from kindex_etl.contracts.digests import digest
 from kindex_etl.load import layout
-from kindex_etl.pipeline import IngestOptions, ingest
 from kindex_etl.storage import open_store
 
 from . import (

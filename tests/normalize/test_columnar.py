@@ -10,11 +10,12 @@ import pyarrow.csv as pcsv
 import pytest
 
 from kindex_etl.catalog import default_catalog
+from kindex_etl.contracts.documents import BenchmarkRun
+from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
 from kindex_etl.demo import sample_rows
-from kindex_etl.models import BenchmarkRun
 from kindex_etl.normalize.columnar import ColumnarNormalizer
 from kindex_etl.normalize.descriptors import Rejected
-from kindex_etl.normalize.rows import UPSTREAM_COLUMNS, normalize_row
+from kindex_etl.normalize.reference import normalize_row
 from tests.helpers import SAMPLE_CSV, row, seed_row
 
 EDGE_ROWS = [

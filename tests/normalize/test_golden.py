@@ -8,10 +8,10 @@ import json
 import pytest
 import rfc8785
 
+from kindex_etl import ingest
 from kindex_etl.catalog import default_catalog
-from kindex_etl.digest import digest
-from kindex_etl.normalize.rows import normalize_row
-from kindex_etl.pipeline import ingest
+from kindex_etl.contracts.digests import digest
+from kindex_etl.normalize.reference import normalize_row
 from tests.helpers import SHARED, documents, golden_bundle, seed_row, table, write_csv
 
 # SPEC.md: workloadDigest and implementationDigest hash descriptors the seed does not publish;

@@ -13,12 +13,11 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from kindex_etl import IngestOptions, ingest, open_quarantine, replay
 from kindex_etl.catalog import load_catalog
+from kindex_etl.contracts.digests import canonical_json, digest
+from kindex_etl.contracts.documents import BenchmarkProtocol, BenchmarkRun, ExecutionEnvironment
 from kindex_etl.demo import lay_out_upstream, sample_rows
-from kindex_etl.digest import canonical_json, digest
-from kindex_etl.models import BenchmarkProtocol, BenchmarkRun, ExecutionEnvironment
-from kindex_etl.pipeline import IngestOptions, ingest
-from kindex_etl.replay import open_quarantine, replay
 from tests.helpers import SAMPLE_CSV, documents, row, seed_row, table, tree_digest, write_csv
 
 SPEED_ID = re.compile(r"^[a-z0-9_]+/[a-z]+/[a-z0-9_-]+/[a-z0-9-]+/[a-z0-9.+-]+/\d{4}(-\d{2}){5}$")

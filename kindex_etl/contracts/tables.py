@@ -1,0 +1,144 @@
+"""The warehouse's tables as Arrow schemas: the one definition of every field list.
+
+`RUN_SCHEMA` is what readers get back; `RUN_WRITE_SCHEMA` is how it is written (the columns
+that depend only on a run's descriptor are dictionary-encoded, Parquet's own encoding too).
+Each runs column says where its value comes from: `descriptor` (fixed by the run's descriptor
+key, computed once per distinct key) or `row` (the row's own values and origin).
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
+
+_ORIGIN = b"origin"
+DESCRIPTOR, ROW = b"descriptor", b"row"
+
+
+def _field(name: str, type_: pa.DataType, origin: bytes) -> pa.Field:
+    return pa.field(name, type_, metadata={_ORIGIN: origin})
+
+
+def _s(name: str, origin: bytes = DESCRIPTOR) -> pa.Field:
+    return _field(name, pa.string(), origin)
+
+
+RUN_SCHEMA = pa.schema(
+    [
+        _s("external_id", ROW),
+        _s("series_id"),
+        _s("name", ROW),
+        _s("title"),
+        _s("status", ROW),
+        _s("metric"),
+        _field("observed_at", pa.timestamp("ms", tz="UTC"), ROW),
+        _s("kernel"),
+        _s("operation_mode"),
+        _s("provider"),
+        _s("gpu_name"),
+        _s("gpu_slug"),
+        _s("gpu_architecture"),
+        _s("liger_version"),
+        _s("x_name"),
+        _s("x_label"),
+        _s("x_value"),
+        _s("workload_slug"),
+        _s("dtype"),
+        _s("config"),
+        _s("value_unit"),
+        _field("value_median", pa.int64(), ROW),
+        _field("value_p20", pa.int64(), ROW),
+        _field("value_p80", pa.int64(), ROW),
+        _field("source_p50", pa.float64(), ROW),
+        _field("source_p20", pa.float64(), ROW),
+        _field("source_p80", pa.float64(), ROW),
+        _s("protocol_digest"),
+        _s("workload_digest"),
+        _s("environment_digest"),
+        _s("implementation_digest"),
+        _s("workload_descriptor"),
+        _s("implementation_descriptor"),
+        _field("known_kernel", pa.bool_(), DESCRIPTOR),
+        _s("source_key", ROW),
+        _s("source_etag", ROW),
+        _field("source_row", pa.int64(), ROW),
+    ]
+)
+
+# Per-descriptor columns of the runs table, in RUN_SCHEMA order.
+DESCRIPTOR_FIELDS = tuple(f.name for f in RUN_SCHEMA if f.metadata[_ORIGIN] == DESCRIPTOR)
+
+# Per-descriptor string columns are written dictionary-encoded: no per-row copy of strings.
+DICTIONARY_FIELDS = frozenset(
+    f.name for f in RUN_SCHEMA if f.name in DESCRIPTOR_FIELDS and pa.types.is_string(f.type)
+)
+
+RUN_WRITE_SCHEMA = pa.schema(
+    [
+        pa.field(f.name, pa.dictionary(pa.int32(), pa.string()), metadata=f.metadata)
+        if f.name in DICTIONARY_FIELDS
+        else f
+        for f in RUN_SCHEMA
+    ]
+)
+
+# Raw upstream columns are kept on held-back rows so they can be replayed verbatim.
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("source_key", pa.string()),
+        ("source_etag", pa.string()),
+        ("source_row", pa.int64()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+        ("software", pa.string()),
+        *[(name, pa.string()) for name in UPSTREAM_COLUMNS],
+    ]
+)
+
+# One row per digest: the protocol, environment and descriptor tables.
+PROTOCOL_SCHEMA = pa.schema(
+    [
+        ("digest", pa.string()),
+        ("name", pa.string()),
+        ("title", pa.string()),
+        ("metric", pa.string()),
+        ("timed_pass", pa.string()),
+        ("notes", pa.string()),
+        ("document", pa.string()),
+    ]
+)
+ENVIRONMENT_SCHEMA = pa.schema(
+    [
+        ("digest", pa.string()),
+        ("name", pa.string()),
+        ("title", pa.string()),
+        ("vendor", pa.string()),
+        ("product", pa.string()),
+        ("form_factor", pa.string()),
+        ("architecture", pa.string()),
+        ("software", pa.string()),
+        ("document", pa.string()),
+    ]
+)
+WORKLOAD_SCHEMA = pa.schema(
+    [
+        ("digest", pa.string()),
+        ("kernel", pa.string()),
+        ("dtype", pa.string()),
+        ("parameters", pa.string()),
+        ("sweep_source", pa.string()),
+        ("sweep_value", pa.string()),
+        ("workload_slug", pa.string()),
+        ("descriptor", pa.string()),
+    ]
+)
+IMPLEMENTATION_SCHEMA = pa.schema(
+    [
+        ("digest", pa.string()),
+        ("provider", pa.string()),
+        ("kernel", pa.string()),
+        ("liger_version", pa.string()),
+        ("descriptor", pa.string()),
+    ]
+)

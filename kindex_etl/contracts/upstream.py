@@ -1,0 +1,34 @@
+"""The upstream CSV's shape, as Liger-Kernel's `update_benchmark_data_csv` writes it.
+
+Dependency-free on purpose: the GPU re-run imports it on machines that have only torch.
+"""
+
+from __future__ import annotations
+
+import re
+
+UPSTREAM_COLUMNS = (
+    "kernel_name",
+    "kernel_provider",
+    "kernel_operation_mode",
+    "metric_name",
+    "metric_unit",
+    "x_name",
+    "x_label",
+    "x_value",
+    "y_value_50",
+    "y_value_20",
+    "y_value_80",
+    "extra_benchmark_config_str",
+    "gpu_name",
+    "timestamp",
+    "liger_version",
+)
+# No zone: upstream's clock, treated as UTC.
+TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
+TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$")
+# What `float()` of a y value accepts in upstream files (upstream writes float('nan') as `nan`).
+NUMBER = re.compile(r"^\s*[-+]?((\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?|nan|NaN|inf|-inf|Infinity)\s*$")
+# Upstream's memory unit "MB" is MiB (max_memory_allocated / 2**20); documents carry bytes.
+MIB = 1 << 20
+NS_PER_MS = 1_000_000

@@ -1,0 +1,49 @@
+"""Every exception the package raises on purpose, in one place.
+
+Dependency-free, so that every stage (and the GPU host, which has only torch) can import it.
+Messages never carry credentials: they name buckets, keys and error codes, not requests.
+"""
+
+from __future__ import annotations
+
+
+class KindexError(Exception):
+    """Base of the package's own errors; the CLI prints these as one `error:` line."""
+
+
+class StorageError(KindexError):
+    """A store could not be reached or used; the message never carries credentials."""
+
+
+class PreconditionFailed(StorageError):
+    """A conditional write lost: the object exists (create) or changed (update)."""
+
+
+class NotFound(StorageError):
+    """The object does not exist."""
+
+
+class BadFile(KindexError):
+    """A whole upstream object cannot be read as an upstream CSV; `reason` is a stable code."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class Rejected(KindexError):
+    """A row (descriptor key) cannot become a run; `reason` is a stable code, `detail` says why."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class HarnessError(KindexError):
+    """The liger-kernel harness could not be fetched, verified, unpacked or installed."""
+
+
+class NoGPUError(KindexError, RuntimeError):
+    """This machine cannot run the benchmarks: torch is missing or sees no GPU."""

@@ -1,0 +1,3 @@
+from kindex_etl.gpu.command import main
+
+raise SystemExit(main())

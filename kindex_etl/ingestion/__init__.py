@@ -1,0 +1,29 @@
+"""The ingest stage: plan the objects, process each commit batch, commit it, report."""
+
+from kindex_etl.ingestion.commit import BatchOutcome
+from kindex_etl.ingestion.replay import open_quarantine, replay
+from kindex_etl.ingestion.results import IngestSummary, ObjectReport
+from kindex_etl.ingestion.run import (
+    IngestOptions,
+    Plan,
+    finish,
+    ingest,
+    ingest_batch,
+    plan,
+    recover,
+)
+
+__all__ = [
+    "BatchOutcome",
+    "IngestOptions",
+    "IngestSummary",
+    "ObjectReport",
+    "Plan",
+    "finish",
+    "ingest",
+    "ingest_batch",
+    "open_quarantine",
+    "plan",
+    "recover",
+    "replay",
+]

@@ -1,0 +1,292 @@
+"""One commit batch: read its sources, normalize, dedup, write files, stage them, build the record.
+
+`Ingestor` holds what an ingest keeps between batches of one warehouse: the normalizer's
+descriptor caches and the run index (every committed run's key, so re-delivered rows become
+duplicates). It never commits: `ingest.commit` does that with what `process` returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kindex_etl.catalog import Catalog
+from kindex_etl.contracts.tables import QUARANTINE_SCHEMA, RUN_WRITE_SCHEMA
+from kindex_etl.contracts.versions import sort_versions
+from kindex_etl.errors import BadFile, StorageError
+from kindex_etl.extract.read import RowBatch
+from kindex_etl.ingestion.results import ObjectReport
+from kindex_etl.ingestion.threads import Background, prefetch
+from kindex_etl.load import layout
+from kindex_etl.load.descriptor_tables import descriptor_tables
+from kindex_etl.load.record import CommitRecord, Counts, FileEntry, ObjectEntry
+from kindex_etl.load.warehouse import Warehouse, fault_point
+from kindex_etl.load.writers import ParquetTableWriter, RunsWriter, WrittenFile
+from kindex_etl.normalize.columnar import ColumnarNormalizer
+from kindex_etl.normalize.dedup import RunIndex
+from kindex_etl.normalize.quarantine import held_back_without_row, quarantine_table
+
+# The run-index columns: a committed run's key and value fingerprint are rebuilt from these.
+_INDEX_COLUMNS = [
+    "series_id",
+    "observed_at",
+    "source_p50",
+    "source_p20",
+    "source_p80",
+    "implementation_digest",
+    "workload_digest",
+]
+
+
+@dataclass
+class Source:
+    """One stream of upstream rows: an object, or held-back rows being replayed."""
+
+    key: str
+    etag: str
+    software: str
+    batches: Callable[[], Iterator[RowBatch]]
+    size: int = 0
+    replay: bool = False  # held-back rows, not an upstream object version
+
+
+@dataclass
+class StagedBatch:
+    """What `Ingestor.process` made: the record to commit (None: nothing new) and its reports."""
+
+    record: CommitRecord | None
+    reports: list[ObjectReport]
+    reasons: Counter[str]
+
+
+def batch_id(base_seq: int, sources: Iterable[Source], salt: str) -> str:
+    """Deterministic: two writers that ingest the same sources from one base share the id."""
+    h = hashlib.sha256(f"{base_seq}\n{salt}\n".encode())
+    for s in sources:
+        h.update(f"{s.key}\0{s.etag}\0{s.software}\n".encode())
+    return h.hexdigest()[:16]
+
+
+@dataclass
+class _Work:
+    """The files and tallies of the batch being processed."""
+
+    runs: RunsWriter
+    quarantine: ParquetTableWriter
+    background: Background = field(default_factory=Background)
+    reasons: Counter[str] = field(default_factory=Counter)
+    versions: set[str] = field(default_factory=set)
+    descriptor_ids: set[int] = field(default_factory=set)
+    digests: set[str] = field(default_factory=set)  # descriptor digests new to the warehouse
+
+
+class Ingestor:
+    """State for ingests into one warehouse: descriptor caches, run index."""
+
+    def __init__(self, warehouse: Warehouse, catalog: Catalog) -> None:
+        self.warehouse = warehouse
+        self.catalog = catalog
+        self.normalizer = ColumnarNormalizer(catalog)
+        self.index = RunIndex()
+        self._indexed_seq = -1
+
+    def _rebuild_index(self) -> None:
+        """Load the run keys of every committed run, so re-delivered rows become duplicates."""
+        if self._indexed_seq == self.warehouse.head:
+            return
+        self.index = RunIndex()
+        table = self.warehouse.read_table(layout.RUNS, _INDEX_COLUMNS)
+        if table is not None and table.num_rows:
+            keys, fps = self.normalizer.keys_of_stored(table)
+            self.index.add(keys, fps)
+        self._indexed_seq = self.warehouse.head
+
+    def committed(self) -> None:
+        """The batch just processed is in the log: the run index matches the warehouse again."""
+        self._indexed_seq = self.warehouse.head
+
+    def process(
+        self,
+        sources: list[Source],
+        *,
+        salt: str = "",
+        replayed_files: list[str] | None = None,
+        carry: pa.Table | None = None,
+    ) -> StagedBatch:
+        """Normalize and stage `sources` as one batch; return the commit record to write."""
+        self._rebuild_index()
+        batch = batch_id(self.warehouse.head, sources, salt)
+        workdir = Path(tempfile.mkdtemp(prefix=f"kindex-{batch}-"))
+        work = _Work(
+            runs=RunsWriter(workdir, batch, RUN_WRITE_SCHEMA),
+            quarantine=ParquetTableWriter(
+                workdir, layout.table_key(layout.QUARANTINE, batch), QUARANTINE_SCHEMA
+            ),
+        )
+        # Until this batch commits, the run index holds its keys; any failure must drop them.
+        self._indexed_seq = -1
+        reports: list[ObjectReport] = []
+        try:
+            if carry is not None and carry.num_rows:
+                # Held-back rows that a replay cannot change (malformed, bad files) stay open.
+                work.background.submit(partial(work.quarantine.write, carry))
+            for source in sources:
+                report = ObjectReport(
+                    key=source.key,
+                    etag=source.etag,
+                    size=source.size,
+                    status="replayed" if source.replay else "ingested",
+                )
+                reports.append(report)
+                self._read_source(source, report, work)
+            work.background.close()
+        except BaseException:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        try:
+            files = self._close(work, workdir, batch)
+            if not files and not replayed_files and self._all_done(reports):
+                self._indexed_seq = self.warehouse.head  # no key was added
+                return StagedBatch(None, reports, work.reasons)
+            for f in files:
+                self.warehouse.stage(batch, f.key, f.path)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        fault_point("after_stage")
+        return StagedBatch(
+            _record(batch, reports, files, work, replayed_files), reports, work.reasons
+        )
+
+    def _read_source(self, source: Source, report: ObjectReport, work: _Work) -> None:
+        try:
+            for rb in prefetch(source.batches()):
+                self._one_batch(source, rb, report, work)
+        except BadFile as bad:
+            report.status = "rejected"
+            report.detail = bad.detail
+            report.quarantined += 1
+            work.reasons[bad.reason] += 1
+            rejection = held_back_without_row(
+                source.key, source.etag, source.software, [None], bad.reason, [bad.detail]
+            )
+            work.background.submit(partial(work.quarantine.write, rejection))
+        except StorageError as exc:
+            raise StorageError(f"reading {source.key}: {exc}") from None
+
+    def _one_batch(self, source: Source, rb: RowBatch, report: ObjectReport, work: _Work) -> None:
+        report.rows += rb.batch.num_rows + len(rb.malformed)
+        nb = self.normalizer.normalize(
+            rb.batch,
+            source_key=source.key,
+            source_etag=source.etag,
+            lines=rb.lines,
+            software=source.software,
+        )
+        result = self.index.classify(nb.keys, nb.fingerprints)
+        held = [nb.quarantine]
+        if result.conflict.any():
+            idx = nb.good[result.conflict]
+            ext = nb.runs.column("external_id").filter(pa.array(result.conflict)).to_pylist()
+            held.append(
+                quarantine_table(
+                    rb.batch,
+                    idx,
+                    ["conflicting_duplicate"] * len(idx),
+                    [f"{e} was already ingested with other values" for e in ext],
+                    source.key,
+                    source.etag,
+                    rb.lines,
+                    source.software,
+                )
+            )
+        if rb.malformed:
+            held.append(
+                held_back_without_row(
+                    source.key,
+                    source.etag,
+                    source.software,
+                    [m.line for m in rb.malformed],
+                    "malformed_row",
+                    [f"{m.detail}: {m.text[:500]}" for m in rb.malformed],
+                )
+            )
+        q = pa.concat_tables(held) if len(held) > 1 else held[0]
+        work.reasons.update(q.column("reason").to_pylist())
+        keep = pa.array(result.keep)
+        runs = nb.runs.filter(keep)
+        lines = nb.json_lines.filter(keep)
+        work.descriptor_ids.update(np.unique(nb.descriptor_ids[result.keep]).tolist())
+        work.versions.update(pc.unique(runs.column("liger_version").cast(pa.string())).to_pylist())
+        report.runs += runs.num_rows
+        report.duplicates += int(result.duplicate.sum())
+        report.quarantined += q.num_rows
+
+        def write() -> None:
+            work.runs.write(runs, lines)
+            if q.num_rows:
+                work.quarantine.write(q)
+
+        work.background.submit(write)
+
+    def _close(self, work: _Work, workdir: Path, batch: str) -> list[WrittenFile]:
+        files: list[WrittenFile] = work.runs.close()
+        q = work.quarantine.close()
+        if q is not None:
+            files.append(q)
+        new_docs = [
+            d for i, d in enumerate(self.normalizer.table.descriptors) if i in work.descriptor_ids
+        ]
+        work.digests, descriptor_files = descriptor_tables(
+            workdir, batch, new_docs, self.warehouse.digests()
+        )
+        return files + descriptor_files
+
+    def _all_done(self, reports: list[ObjectReport]) -> bool:
+        done = self.warehouse.done_objects()
+        return all(done.get(r.key) == r.etag for r in reports)
+
+
+def _record(
+    batch: str,
+    reports: list[ObjectReport],
+    files: list[WrittenFile],
+    work: _Work,
+    replayed_files: list[str] | None,
+) -> CommitRecord:
+    return CommitRecord(
+        batch=batch,
+        objects=[
+            ObjectEntry(
+                key=r.key,
+                etag=r.etag,
+                rows=r.rows,
+                runs=r.runs,
+                duplicates=r.duplicates,
+                quarantined=r.quarantined,
+                status=r.status,
+            )
+            for r in reports
+            if r.status != "replayed"
+        ],
+        files=[FileEntry(key=f.key, rows=f.rows) for f in files],
+        versions=sort_versions(work.versions),
+        digests=sorted(work.digests),
+        counts=Counts(
+            rows=sum(r.rows for r in reports),
+            runs=sum(r.runs for r in reports),
+            duplicates=sum(r.duplicates for r in reports),
+            quarantined=sum(r.quarantined for r in reports),
+            quarantined_by_reason=dict(sorted(work.reasons.items())),
+        ),
+        replayed_files=replayed_files or [],
+    )

@@ -1,0 +1,229 @@
+"""The ingest as plain functions: recover, plan, ingest each batch, finish (then trigger).
+
+Each step takes and returns plain values, so a flow can make each one a task (and retry it)
+without sharing a mutable object between tasks. What a process keeps between batches of one
+warehouse (descriptor caches, the run index) is a resource, `ingestor_for`, re-synced with the
+warehouse's log on every use.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from kindex_etl.catalog import Catalog, default_catalog
+from kindex_etl.config import settings
+from kindex_etl.contracts.versions import sort_versions
+from kindex_etl.extract.discover import Candidate, discover, pending
+from kindex_etl.extract.read import read_batches
+from kindex_etl.ingestion.batch import Ingestor, Source
+from kindex_etl.ingestion.commit import BatchOutcome, commit_sources
+from kindex_etl.ingestion.results import IngestSummary, ObjectReport
+from kindex_etl.load.warehouse import Warehouse, existing_warehouse, open_warehouse
+from kindex_etl.storage import ObjectStore, open_store, store_url
+
+MAX_OBJECTS_PER_COMMIT = 256
+MAX_BYTES_PER_COMMIT = 8 << 30
+ALREADY_THERE = "already in the warehouse at this ETag: rows would be duplicates"
+
+
+def _default_orphan_grace() -> timedelta:
+    return timedelta(seconds=settings().orphan_grace_s)
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    backfill: bool = False
+    # Request GPU re-runs for new versions; None means "unless this is a backfill".
+    trigger: bool | None = None
+    prefix: str = ""
+    include: Callable[[Any], bool] | None = None
+    max_objects_per_commit: int = MAX_OBJECTS_PER_COMMIT
+    catalog: Catalog | None = None
+    orphan_grace: timedelta = field(default_factory=_default_orphan_grace)
+    dry_run: bool = False
+
+    @property
+    def triggers(self) -> bool:
+        return (not self.backfill if self.trigger is None else self.trigger) and not self.dry_run
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The objects to ingest, in commit batches, and what the warehouse held before."""
+
+    batches: list[list[Candidate]]
+    objects_seen: int
+    versions_before: frozenset[str]
+    recovered: dict[str, int] = field(default_factory=dict)
+
+
+_ingestor: tuple[str, Catalog, Ingestor] | None = None
+
+
+def ingestor_for(warehouse_url: str, catalog: Catalog | None = None) -> Ingestor:
+    """The process's ingestor for one warehouse (its caches survive between batches)."""
+    global _ingestor
+    catalog = catalog or default_catalog()
+    warehouse = open_warehouse(warehouse_url)
+    if _ingestor is None or _ingestor[0] != warehouse.store.url or _ingestor[1] is not catalog:
+        _ingestor = (warehouse.store.url, catalog, Ingestor(warehouse, catalog))
+    ingestor = _ingestor[2]
+    ingestor.warehouse.refresh()
+    return ingestor
+
+
+def recover(warehouse_url: str, options: IngestOptions) -> dict[str, int]:
+    """Finish interrupted publishes and remove orphaned staging (nothing on a dry run)."""
+    if options.dry_run:
+        return {}
+    return open_warehouse(warehouse_url).recover(options.orphan_grace)
+
+
+def _batches(candidates: list[Candidate], max_objects: int) -> Iterator[list[Candidate]]:
+    chunk: list[Candidate] = []
+    size = 0
+    for c in candidates:
+        if chunk and (len(chunk) >= max_objects or size + c.info.size > MAX_BYTES_PER_COMMIT):
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(c)
+        size += c.info.size
+    if chunk:
+        yield chunk
+
+
+def plan(
+    upstream_url: str,
+    warehouse_url: str,
+    options: IngestOptions,
+    recovered: dict[str, int] | None = None,
+) -> Plan:
+    """The objects to ingest (all selected ones on a backfill, else the new versions)."""
+    upstream = open_store(upstream_url)
+    # A dry run creates nothing: a warehouse that does not exist yet is an empty one.
+    warehouse = (
+        existing_warehouse(warehouse_url) if options.dry_run else open_warehouse(warehouse_url)
+    )
+    if warehouse is not None:
+        warehouse.refresh()
+    done = warehouse.done_objects() if warehouse is not None else {}
+    candidates = discover(upstream, prefix=options.prefix, include=options.include)
+    todo = candidates if options.backfill else pending(candidates, done)
+    return Plan(
+        batches=list(_batches(todo, max(1, options.max_objects_per_commit))),
+        objects_seen=len(candidates),
+        versions_before=frozenset(warehouse.versions() if warehouse is not None else ()),
+        recovered=dict(recovered or {}),
+    )
+
+
+def _source(store: ObjectStore, c: Candidate) -> Source:
+    return Source(
+        key=c.key,
+        etag=c.info.etag,
+        software=c.software,
+        size=c.info.size,
+        batches=lambda: read_batches(store, c.key),
+    )
+
+
+def ingest_batch(
+    upstream_url: str, warehouse_url: str, options: IngestOptions, batch: list[Candidate]
+) -> BatchOutcome:
+    """Ingest one commit batch. Safe to retry: nothing is visible until its record exists."""
+    upstream = open_store(upstream_url)
+    ingestor = ingestor_for(warehouse_url, options.catalog)
+
+    def still_pending() -> list[Source]:
+        if options.backfill:
+            return [_source(upstream, c) for c in batch]
+        done = ingestor.warehouse.done_objects()
+        return [_source(upstream, c) for c in batch if done.get(c.key) != c.info.etag]
+
+    return commit_sources(ingestor, still_pending)
+
+
+def finish(
+    upstream_url: str,
+    warehouse_url: str,
+    options: IngestOptions,
+    planned: Plan,
+    outcomes: list[BatchOutcome],
+    *,
+    started: float,
+) -> IngestSummary:
+    """The run's summary; requests GPU re-runs for releases new to the warehouse."""
+    summary = IngestSummary(
+        upstream=open_store(upstream_url).url, warehouse=store_url(warehouse_url)
+    )
+    summary.objects_seen = planned.objects_seen
+    summary.recovered = dict(planned.recovered)
+    for outcome in outcomes:
+        summary.add(outcome.reports, outcome.reasons)
+        if outcome.commit is not None:
+            summary.commits.append(outcome.commit)
+    if options.dry_run:
+        found = existing_warehouse(warehouse_url)
+        done = found.done_objects() if found is not None else {}
+        summary.objects = [
+            ObjectReport(
+                key=c.key,
+                etag=c.info.etag,
+                size=c.info.size,
+                status="would-ingest",
+                detail=ALREADY_THERE if done.get(c.key) == c.info.etag else "",
+            )
+            for batch in planned.batches
+            for c in batch
+        ]
+        summary.objects_skipped = summary.objects_seen - len(summary.objects)
+    else:
+        # Objects another writer finished while we waited count as skipped, like unchanged ones.
+        summary.objects_skipped = (
+            summary.objects_seen - summary.objects_ingested - summary.objects_rejected
+        )
+    committed = {v for outcome in outcomes for v in outcome.versions}
+    summary.new_versions = sort_versions(committed - planned.versions_before)
+    if options.triggers and summary.new_versions:
+        from kindex_etl.reruns import on_new_versions
+
+        summary.reruns_triggered = on_new_versions(
+            open_warehouse(warehouse_url),
+            set(planned.versions_before),
+            summary.new_versions,
+            upstream=summary.upstream,
+        )
+    summary.elapsed_s = round(time.perf_counter() - started, 3)
+    return summary
+
+
+def ingest(
+    upstream_url: str, warehouse_url: str, options: IngestOptions | None = None
+) -> IngestSummary:
+    """Ingest every new upstream CSV object into the warehouse; returns what happened."""
+    options = options or IngestOptions()
+    started = time.perf_counter()
+    planned = plan(upstream_url, warehouse_url, options, recover(warehouse_url, options))
+    outcomes = (
+        []
+        if options.dry_run
+        else [ingest_batch(upstream_url, warehouse_url, options, b) for b in planned.batches]
+    )
+    return finish(upstream_url, warehouse_url, options, planned, outcomes, started=started)
+
+
+__all__ = [
+    "IngestOptions",
+    "Plan",
+    "Warehouse",
+    "finish",
+    "ingest",
+    "ingest_batch",
+    "ingestor_for",
+    "plan",
+    "recover",
+]

@@ -1,0 +1,75 @@
+"""The commit record: what one commit (`_kindex/log/<seq>.json`) says, as a typed model.
+
+Written once by the commit that creates it, read by every process that opens the warehouse:
+which upstream object versions are done, which files the batch added to which table, which
+releases and digests it brought, and its counts. Field names are the log's JSON keys.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Record(BaseModel):
+    # Records written by newer code may carry more: reading one must not fail.
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+
+class ObjectEntry(_Record):
+    """One upstream object version this batch read (replayed held-back rows are not listed)."""
+
+    key: str
+    etag: str
+    rows: int = 0
+    runs: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    status: str = "ingested"  # ingested | rejected
+
+
+class FileEntry(_Record):
+    """One data file the batch adds, by its final key (staged under the batch until published)."""
+
+    key: str
+    rows: int
+
+
+class Counts(_Record):
+    rows: int = 0
+    runs: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    quarantined_by_reason: dict[str, int] = Field(default_factory=dict)
+
+
+class Writer(_Record):
+    host: str
+    pid: int
+
+
+class CommitRecord(_Record):
+    batch: str
+    objects: list[ObjectEntry] = Field(default_factory=list)
+    files: list[FileEntry] = Field(default_factory=list)
+    versions: list[str] = Field(default_factory=list)
+    digests: list[str] = Field(default_factory=list)
+    counts: Counts = Field(default_factory=Counts)
+    # Quarantine files whose open rows this batch replayed: they are no longer open.
+    replayed_files: list[str] = Field(default_factory=list)
+    # Set when the record is committed; None on a record not yet written.
+    seq: int | None = None
+    committed_at: str | None = Field(default=None, alias="committedAt")
+    writer: Writer | None = None
+
+    def to_json(self) -> bytes:
+        """The log's bytes: sorted keys, one space of indent (what readers have always seen)."""
+        import json
+
+        data: dict[str, Any] = self.model_dump(by_alias=True, exclude_none=True)
+        return json.dumps(data, indent=1, sort_keys=True).encode()
+
+    @classmethod
+    def from_json(cls, payload: bytes) -> CommitRecord:
+        return cls.model_validate_json(payload)

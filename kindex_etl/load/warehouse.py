@@ -1,0 +1,289 @@
+"""The commit protocol: stage, commit, publish; and the state every run starts from.
+
+1. Data files are staged under `_kindex/staging/<batch>/<final key>`: invisible to readers of
+   the table folders.
+2. One commit record `_kindex/log/<seq>.json` is created with a conditional create
+   (If-None-Match). That is the single atomic step: two writers can never both take a sequence
+   number, and a writer that loses re-reads the log and redoes only what is still undone.
+3. The staged files are published to their final keys, then `_kindex/snapshot.json` (every
+   published file, by table) is advanced with a compare-and-swap on its ETag.
+
+A crash before 2 leaves only staging, removed later as an orphan; a crash after 2 is rolled
+forward by the next run (`recover`). Which upstream object versions are done is read from the
+log, so any worker can continue where another stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from kindex_etl.load import layout
+from kindex_etl.load.record import CommitRecord, Writer
+from kindex_etl.storage import (
+    NotFound,
+    ObjectStore,
+    PreconditionFailed,
+    StorageError,
+    open_store,
+    store_url,
+)
+
+FAULT_ENV = "KINDEX_FAULT_AT"
+
+
+def fault_point(name: str) -> None:
+    """Crash here on purpose when KINDEX_FAULT_AT names this point (crash-recovery tests)."""
+    if os.environ.get(FAULT_ENV) == name:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def utcnow() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def open_warehouse(url: str, *, create: bool = True) -> Warehouse:
+    """The warehouse at `url`; `create=False` for readers, which must never make a folder."""
+    return Warehouse(open_store(url, create=create))
+
+
+def existing_warehouse(url: str) -> Warehouse | None:
+    """The warehouse at `url` if there is one, else None; creates nothing (dry runs, readers).
+
+    A bucket is always "there" (an empty prefix is an empty warehouse); a local folder that
+    does not exist is no warehouse yet.
+    """
+    try:
+        warehouse = open_warehouse(url, create=False)
+    except StorageError:
+        if store_url(url).startswith("s3://"):
+            raise
+        return None
+    warehouse.refresh()
+    return warehouse
+
+
+@dataclass
+class Warehouse:
+    store: ObjectStore
+    _records: dict[int, CommitRecord] = field(default_factory=dict)
+
+    # -- reading the state ------------------------------------------------------------------
+
+    def refresh(self) -> list[CommitRecord]:
+        for info in self.store.list(layout.LOG):
+            name = info.key[len(layout.LOG) :]
+            if not name.endswith(".json") or not name[:-5].isdigit():
+                continue
+            seq = int(name[:-5])
+            if seq not in self._records:
+                self._records[seq] = CommitRecord.from_json(self.store.get_bytes(info.key))
+        return self.records
+
+    @property
+    def records(self) -> list[CommitRecord]:
+        return [self._records[s] for s in sorted(self._records)]
+
+    @property
+    def head(self) -> int:
+        return max(self._records, default=0)
+
+    def done_objects(self) -> dict[str, str]:
+        done: dict[str, str] = {}
+        for record in self.records:
+            for obj in record.objects:
+                done[obj.key] = obj.etag
+        return done
+
+    def files(self, table: str) -> list[str]:
+        return [
+            f.key
+            for record in self.records
+            for f in record.files
+            if layout.table_of(f.key) == table
+        ]
+
+    def versions(self) -> set[str]:
+        """Every liger_version the committed runs hold."""
+        return {v for r in self.records for v in r.versions}
+
+    def digests(self) -> set[str]:
+        """Every protocol, environment and descriptor digest already written."""
+        return {d for r in self.records for d in r.digests}
+
+    def batch_of(self) -> dict[str, str]:
+        """The batch that added each committed file (where staging keeps it until published)."""
+        return {f.key: r.batch for r in self.records for f in r.files}
+
+    def read_table(self, table: str, columns: list[str] | None = None) -> pa.Table | None:
+        """All committed rows of a table (published or still in staging)."""
+        parts = []
+        for record in self.records:
+            for f in record.files:
+                if layout.table_of(f.key) != table:
+                    continue
+                parts.append(self.read_file(record.batch, f.key, columns))
+        if not parts:
+            return None
+        return pa.concat_tables(parts, promote_options="permissive")
+
+    def read_file(self, batch: str, key: str, columns: list[str] | None = None) -> pa.Table:
+        """One committed Parquet file, wherever the commit protocol has it right now."""
+        # Final key, staging, then the final key again: a publish running elsewhere copies
+        # before it deletes, so a file missing from both of the first two looks has landed at
+        # its final key by the third. On S3 the whole file is read into memory: fine for the
+        # small per-batch files the warehouse holds, not meant for multi-GB tables.
+        for candidate in (key, layout.staging_key(batch, key), key):
+            path = self.store.local_path(candidate)
+            try:
+                if path is not None:
+                    return pq.read_table(path, columns=columns)
+                with self.store.open_read(candidate) as fh:
+                    return pq.read_table(pa.py_buffer(fh.read()), columns=columns)
+            except (NotFound, FileNotFoundError):
+                continue
+        raise NotFound(key)
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def stage(self, batch: str, key: str, path: Path) -> None:
+        """Hand a finished local file to the store under the batch's staging folder."""
+        self.store.move_file(layout.staging_key(batch, key), path)
+
+    def commit(self, record: CommitRecord) -> int:
+        """Append a record at the next sequence number; PreconditionFailed if someone was first."""
+        seq = self.head + 1
+        record = record.model_copy(
+            update={"seq": seq, "committed_at": utcnow(), "writer": _writer_id()}
+        )
+        self.store.put_bytes(layout.log_key(seq), record.to_json(), if_none_match=True)
+        self._records[seq] = record
+        return seq
+
+    def publish(self, record: CommitRecord) -> None:
+        """Move a committed batch's staged files to their final keys (idempotent)."""
+        batch = record.batch
+        for i, entry in enumerate(record.files):
+            staged = layout.staging_key(batch, entry.key)
+            if self.store.head(staged) is not None:
+                # A published file is never replaced: readers of Parquet fetch byte ranges, and
+                # a second writer's copy of this batch (the loser of a commit race on the same
+                # batch id re-staging it) has the same rows but not always the same bytes.
+                if self.store.head(entry.key) is None:
+                    try:
+                        self.store.copy(staged, entry.key)
+                    except NotFound:
+                        # Another writer publishes this batch too (its recover, or that loser).
+                        # It copies before it deletes, so the file is at its final key already.
+                        if self.store.head(entry.key) is None:
+                            raise
+                self.store.delete(staged)
+            elif self.store.head(entry.key) is None:
+                # Neither staged nor published: the staging was removed under a live writer
+                # (an orphan grace shorter than a batch). Say so rather than commit a hole.
+                raise StorageError(
+                    f"committed file {entry.key} of batch {batch} is neither staged nor published; "
+                    "is KINDEX_ORPHAN_GRACE_S shorter than an ingest?"
+                )
+            if i == 0:
+                fault_point("mid_publish")
+
+    def _staged_batches(self) -> dict[str, list[Any]]:
+        staged: dict[str, list[Any]] = {}
+        for info in self.store.list(layout.STAGING):
+            batch = info.key[len(layout.STAGING) :].split("/", 1)[0]
+            staged.setdefault(batch, []).append(info)
+        return staged
+
+    def update_snapshot(self) -> None:
+        """Advance `_kindex/snapshot.json` to the log head, unless a newer writer did already.
+
+        Every committed batch up to the head that still has staged files is published first
+        (another writer may have crashed mid-publish): the snapshot never lists a file that is
+        not at its final key.
+        """
+        rolled = False
+        for _ in range(20):
+            current = self.store.head(layout.SNAPSHOT)
+            if current is not None:
+                snap = json.loads(self.store.get_bytes(layout.SNAPSHOT))
+                if snap.get("seq", 0) >= self.head:
+                    return
+            if not rolled:
+                committed = {r.batch: r for r in self.records}
+                for batch in self._staged_batches():
+                    if batch in committed:
+                        self.publish(committed[batch])
+                rolled = True
+            tables: dict[str, list[str]] = {}
+            for record in self.records:
+                for f in record.files:
+                    tables.setdefault(layout.table_of(f.key), []).append(f.key)
+            payload = json.dumps(
+                {"seq": self.head, "updatedAt": utcnow(), "tables": tables},
+                indent=1,
+                sort_keys=True,
+            ).encode()
+            try:
+                if current is None:
+                    self.store.put_bytes(layout.SNAPSHOT, payload, if_none_match=True)
+                else:
+                    self.store.put_bytes(layout.SNAPSHOT, payload, if_match=current.etag)
+                return
+            except PreconditionFailed:
+                continue
+
+    def discard(self, batch: str) -> None:
+        """Drop the staging of a batch whose commit just lost (PreconditionFailed); refreshes.
+
+        Batch ids are deterministic (base sequence + sources), so two writers that ingest the
+        same objects from the same base stage the *same* batch id, and the winner's commit
+        record then names staged files that the loser also wrote. Those are the winner's now:
+        they are published, never deleted. The same holds when our own commit succeeded but its
+        reply was lost and a retry answered 412. Staging is deleted only when the sequence
+        number we tried is visibly taken by another batch (then this id can never commit);
+        otherwise (e.g. S3's 409 for a still-running concurrent conditional write) it is left
+        for `recover`: rolled forward if committed, removed as an orphan after the grace.
+        """
+        attempted = self.head + 1
+        self.refresh()
+        for record in self.records:
+            if record.batch == batch:
+                self.publish(record)
+                return
+        if attempted not in self._records:
+            return
+        for info in list(self.store.list(f"{layout.STAGING}{batch}/")):
+            self.store.delete(info.key)
+
+    def recover(self, orphan_grace: timedelta) -> dict[str, int]:
+        """Finish interrupted publishes; remove staging that no commit will ever claim."""
+        self.refresh()
+        committed = {r.batch: r for r in self.records}
+        rolled, removed = 0, 0
+        staged_batches = self._staged_batches()
+        now = datetime.now(UTC)
+        for batch, infos in staged_batches.items():
+            if batch in committed:
+                self.publish(committed[batch])
+                rolled += 1
+            elif all(now - i.last_modified >= orphan_grace for i in infos):
+                for info in infos:
+                    self.store.delete(info.key)
+                removed += 1
+        self.update_snapshot()
+        return {"rolled_forward": rolled, "orphans_removed": removed}
+
+
+def _writer_id() -> Writer:
+    return Writer(host=socket.gethostname(), pid=os.getpid())

@@ -1,3 +1,0 @@
-from .command import main
-
-raise SystemExit(main())

@@ -1,0 +1,315 @@
+"""Request a GPU re-run for a new liger_version, exactly once per version per warehouse.
+
+Exactly once: the request is a record `_kindex/reruns/<version>.json` in the warehouse, created
+with a conditional put (`if_none_match=True`). Of any number of concurrent or retried ingests
+that see the same new version, exactly one creates it; only that one emits the event and starts
+the run, the others see PreconditionFailed and do nothing. The creator then updates the record
+with `if_match` (the ETag its create returned) to say what happened.
+
+Record fields: version, state, reason, requestedAt, updatedAt, requestedBy (host/pid),
+warehouse, upstream, deployment, flowRunId, flowRunName, eventId, howToRun, error, and, once a
+re-run reports back (`mark_finished`), runId, uploadedTo, rows.
+
+States:
+- `requested`   the record exists; starting is under way (a record left in this state means the
+                process died between create and update: run `howToRun` by hand).
+- `started`     `run_deployment(..., timeout=0)` created a flow run (`flowRunId`); not awaited.
+- `failed-to-start`  run_deployment raised; `error` says why (type and message, credentials
+                masked). The record still blocks a second automatic trigger: run `howToRun`.
+- `announced`   a Prefect API is configured but no deployment (KINDEX_RERUN_DEPLOYMENT=""): the
+                event was emitted for an automation to act on; nothing was started here.
+- `manual`      no Prefect API is configured (the embedded default: the ephemeral server lives
+                only as long as this process, and no worker could pick a run up): no event, no
+                run; run `howToRun` by hand.
+- `succeeded` / `failed`  set by the re-run itself when it was given the warehouse.
+
+"A Prefect API is configured" means Prefect's PREFECT_API_URL setting is non-empty (from the
+environment, the active profile, or temporary settings such as prefect_test_harness).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from packaging.version import Version
+
+from kindex_etl.load import layout
+from kindex_etl.load.warehouse import Warehouse, utcnow
+from kindex_etl.reruns.policy import decide, is_requestable, parse
+from kindex_etl.storage import NotFound, ObjectStore, PreconditionFailed
+
+EVENT_NAME = "kindex.liger_version.released"
+RESOURCE_PREFIX = "kindex.liger-version."
+STATES = (
+    "requested", "started", "failed-to-start", "announced", "manual", "succeeded", "failed"
+)  # fmt: skip
+
+RunDeployment = Callable[..., Any]
+EmitEvent = Callable[..., Any]
+
+
+def record_key(version: str) -> str:
+    return f"{layout.RERUNS}{version}.json"
+
+
+def prefect_api_url() -> str | None:
+    """The configured Prefect API URL, or None on the embedded (ephemeral) default."""
+    try:
+        from prefect.settings import PREFECT_API_URL
+    except ImportError:
+        return None
+    value = PREFECT_API_URL.value()
+    return str(value) if value else None
+
+
+def rerun_deployment_name() -> str:
+    from kindex_etl.config import settings
+
+    return settings().rerun_deployment
+
+
+def how_to_run(version: str, upstream: str | None, warehouse: str | None = None) -> str:
+    parts = ["kindex-etl", "rerun", "--version", version]
+    parts += ["--upstream", upstream or "<upstream URL>"]
+    if warehouse:
+        parts += ["--warehouse", warehouse]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
+_SECRET_KV = re.compile(
+    r"(?i)\b((?:api[_-]?key|access[_-]?key|secret[_-]?key|secret|token|password|"
+    r"authorization)\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;]+)"
+)
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[^\s,;]+")
+_SECRET_ENV = ("PREFECT_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
+
+
+def safe_error(exc: BaseException, limit: int = 500) -> str:
+    """`Type: message` with credentials masked: URL userinfo, key=value secrets, env secrets."""
+    text = f"{type(exc).__name__}: {exc}"
+    text = _USERINFO.sub(r"\1***@", text)
+    text = _BEARER.sub(r"\1 ***", text)
+    text = _SECRET_KV.sub(r"\1***", text)
+    for name in _SECRET_ENV:
+        value = os.environ.get(name)
+        if value and len(value) >= 6:
+            text = text.replace(value, "***")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _dump(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, indent=1, sort_keys=True).encode()
+
+
+def read_record(store: ObjectStore, version: str) -> tuple[dict[str, Any], str] | None:
+    """(record, etag) or None. The ETag is read first, so a stale one only fails an update."""
+    info = store.head(record_key(version))
+    if info is None:
+        return None
+    try:
+        return json.loads(store.get_bytes(record_key(version))), info.etag
+    except NotFound:
+        return None
+
+
+def update_record(store: ObjectStore, version: str, **changes: Any) -> dict[str, Any] | None:
+    """Merge `changes` into the record (read, then put with if_match; retried on a lost race)."""
+    for _ in range(10):
+        found = read_record(store, version)
+        if found is None:
+            return None
+        record, etag = found
+        record.update(changes)
+        record["updatedAt"] = utcnow()
+        try:
+            store.put_bytes(record_key(version), _dump(record), if_match=etag)
+            return record
+        except PreconditionFailed:
+            continue
+    raise PreconditionFailed(f"{record_key(version)}: kept changing, update not applied")
+
+
+def list_reruns(store: ObjectStore) -> list[dict[str, Any]]:
+    """Every re-run request in the warehouse, oldest version first."""
+    out = []
+    for info in store.list(layout.RERUNS):
+        if not info.key.endswith(".json"):
+            continue
+        try:
+            record = json.loads(store.get_bytes(info.key))
+        except (NotFound, ValueError):
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+
+    def order(r: dict[str, Any]) -> tuple[int, Version | str]:
+        v = parse(str(r.get("version", "")))
+        return (0, v) if v is not None else (1, str(r.get("version", "")))
+
+    return sorted(out, key=order)
+
+
+def summary_entry(record: dict[str, Any]) -> dict[str, Any]:
+    """What an ingest summary says about a request it made."""
+    keys = ("version", "state", "flowRunId", "howToRun", "reason", "error", "deployment")
+    return {k: record.get(k) for k in keys if k in record}
+
+
+def request_rerun(
+    warehouse: Warehouse | ObjectStore,
+    version: str,
+    *,
+    reason: str,
+    upstream: str | None = None,
+    deployment: str | None = None,
+    api_url: str | None = None,
+    run_deployment: RunDeployment | None = None,
+    emit_event: EmitEvent | None = None,
+    resolve_prefect: bool = True,
+) -> dict[str, Any] | None:
+    """Record the request for `version` and start it; None when it was already requested.
+
+    `deployment` / `api_url` default to KINDEX_RERUN_DEPLOYMENT and Prefect's PREFECT_API_URL
+    (`resolve_prefect=False` leaves them as given). `run_deployment` / `emit_event` default to
+    Prefect's own.
+    """
+    if not is_requestable(version):
+        raise ValueError(f"cannot request a re-run of {version!r}: not a PyPI release version")
+    store = warehouse.store if isinstance(warehouse, Warehouse) else warehouse
+    if resolve_prefect:
+        deployment = deployment if deployment is not None else rerun_deployment_name()
+        api_url = api_url if api_url is not None else prefect_api_url()
+    now = utcnow()
+    record: dict[str, Any] = {
+        "version": version,
+        "state": "requested",
+        "reason": reason,
+        "requestedAt": now,
+        "updatedAt": now,
+        "requestedBy": f"{socket.gethostname()}/{os.getpid()}",
+        "warehouse": store.url,
+        "upstream": upstream,
+        "deployment": deployment or None,
+        "flowRunId": None,
+        "flowRunName": None,
+        "eventId": None,
+        "howToRun": how_to_run(version, upstream, store.url),
+        "error": None,
+    }
+    try:
+        etag = store.put_bytes(record_key(version), _dump(record), if_none_match=True)
+    except PreconditionFailed:
+        return None  # another ingest (or an earlier attempt of this one) already asked
+
+    if not api_url:
+        record["state"] = "manual"
+    else:
+        record["eventId"] = _emit(record, emit_event)
+        if not deployment:
+            record["state"] = "announced"
+        else:
+            _start(record, deployment, store.url, upstream, run_deployment)
+    record["updatedAt"] = utcnow()
+    try:
+        store.put_bytes(record_key(version), _dump(record), if_match=etag)
+    except PreconditionFailed:
+        # Only this writer creates the record; a lost update means someone edited it by hand.
+        changes = {k: record[k] for k in ("state", "flowRunId", "flowRunName", "eventId", "error")}
+        update_record(store, version, **changes)
+    return record
+
+
+def _start(
+    record: dict[str, Any],
+    deployment: str,
+    warehouse_url: str,
+    upstream: str | None,
+    run_deployment: RunDeployment | None,
+) -> None:
+    """run_deployment(..., timeout=0); the outcome goes into `record` (never raises)."""
+    version = record["version"]
+    parameters: dict[str, Any] = {"liger_version": version, "warehouse": warehouse_url}
+    if upstream:
+        parameters["upstream"] = upstream
+    try:
+        start: RunDeployment
+        if run_deployment is not None:
+            start = run_deployment
+        else:
+            from prefect.deployments import run_deployment as start
+        flow_run = start(
+            deployment,
+            parameters=parameters,
+            timeout=0,
+            idempotency_key=f"kindex-rerun-{warehouse_url}-{version}",
+            as_subflow=False,
+        )
+        record["state"] = "started"
+        record["flowRunId"] = str(flow_run.id)
+        record["flowRunName"] = getattr(flow_run, "name", None)
+    except Exception as exc:  # any failure to start is recorded, never raised into the ingest
+        record["state"] = "failed-to-start"
+        record["error"] = safe_error(exc)
+
+
+def _emit(record: dict[str, Any], emit_event: EmitEvent | None) -> str | None:
+    """Announce the release as a Prefect event; returns the event id (None if not emitted)."""
+    try:
+        emit: EmitEvent
+        if emit_event is not None:
+            emit = emit_event
+        else:
+            from prefect.events import emit_event as emit
+        event = emit(
+            event=EVENT_NAME,
+            resource={
+                "prefect.resource.id": f"{RESOURCE_PREFIX}{record['version']}",
+                "prefect.resource.name": f"liger-kernel {record['version']}",
+            },
+            payload={
+                k: record[k] for k in ("version", "reason", "warehouse", "upstream", "howToRun")
+            },
+        )
+    except Exception:  # an event is a courtesy; it never stops the re-run request
+        return None
+    return str(event.id) if event is not None else None
+
+
+def on_new_versions(
+    warehouse: Warehouse,
+    versions_before: set[str],
+    new_versions: Iterable[str],
+    *,
+    upstream: str | None = None,
+    **kwargs: Any,
+) -> list[dict[str, Any]]:
+    """Called by the ingest after its commits: request a re-run for each new release.
+
+    Returns one summary entry (version, state, flowRunId, howToRun, ...) per request this call
+    created; versions already requested elsewhere are not repeated. `kwargs` go to
+    `request_rerun` (tests inject run_deployment / emit_event there).
+    """
+    out = []
+    for decision in decide(versions_before, list(new_versions)):
+        if not decision.trigger:
+            continue
+        record = request_rerun(
+            warehouse, decision.version, reason=decision.reason, upstream=upstream, **kwargs
+        )
+        if record is not None:
+            out.append(summary_entry(record))
+    return out
+
+
+def mark_finished(warehouse_url: str, version: str, **facts: Any) -> dict[str, Any] | None:
+    """Let the re-run report back into its request (state succeeded/failed, runId, ...)."""
+    from kindex_etl.storage import open_store
+
+    return update_record(open_store(warehouse_url), version, **facts)
