@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from kindex_etl.config import settings
-from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
+from kindex_etl.contracts.upstream import COMMITS_LIST, CUMULATIVE_FILE, UPSTREAM_COLUMNS
 
 DEMO_VERSION = "0.8.5"
-UPSTREAM_DATA_FILE = "benchmark/data/all_benchmark_data.csv"
 SAMPLE_GPUS = ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB")
 SAMPLE_RELEASES = (
     ("3f1c2ab", "0.8.0", "2026-06-10 21:03:42"),
@@ -38,10 +37,7 @@ def fetch_upstream_csv(version: str = DEMO_VERSION, timeout: float = 15.0) -> by
         sdist = fetch_sdist(version, timeout=timeout)
         with tarfile.open(sdist.path, mode="r:gz") as tar:
             for member in tar.getmembers():
-                if (
-                    member.name.endswith("benchmark/data/all_benchmark_data.csv")
-                    and member.isfile()
-                ):
+                if member.name.endswith(CUMULATIVE_FILE) and member.isfile():
                     extracted = tar.extractfile(member)
                     return extracted.read() if extracted else None
     except (HarnessError, OSError, tarfile.TarError):
@@ -104,7 +100,7 @@ def _write_csv(path: Path, rows: list[dict[str, str]]) -> None:
 def lay_out_upstream(upstream: Path, *, offline: bool) -> str:
     """Write the demo upstream folder; returns where its data came from."""
     real = None if offline else fetch_upstream_csv()
-    cumulative = upstream / "benchmark" / "data" / "all_benchmark_data.csv"
+    cumulative = upstream / CUMULATIVE_FILE
     if real is not None:
         cumulative.parent.mkdir(parents=True, exist_ok=True)
         cumulative.write_bytes(real)
@@ -124,7 +120,7 @@ def lay_out_upstream(upstream: Path, *, offline: bool) -> str:
             upstream / "benchmarks" / f"{sha}-v{version}" / "benchmark.csv",
             [r for r in rows if r["liger_version"] == version],
         )
-    (upstream / "benchmarks" / "commits.txt").write_text("\n".join(commits) + "\n")
+    (upstream / COMMITS_LIST).write_text("\n".join(commits) + "\n")
     return origin
 
 

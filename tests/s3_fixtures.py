@@ -6,9 +6,12 @@ env vars), so nothing is patched and the same code path runs as in production.
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
+import subprocess
+import sys
+import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -47,16 +50,28 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """Start moto's S3 server on 127.0.0.1 and point the AWS env at it; yields the endpoint."""
-    from moto.server import ThreadedMotoServer
+    """Start moto's S3 server on 127.0.0.1 and point the AWS env at it; yields the endpoint.
 
-    # werkzeug logs every request at INFO; the test output would drown in it.
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-
+    The server is a process of its own: in this process it would share the GIL with the
+    ingest under test, and every request would wait for the pipeline's Python to yield.
+    """
     port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
     endpoint = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1):
+                break
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError("moto's server did not start") from None
+            time.sleep(0.05)
 
     empty = tmp_path_factory.mktemp("aws-empty")
     saved = {
@@ -77,7 +92,8 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        server.stop()
+        server.terminate()
+        server.wait(timeout=10)
 
 
 @pytest.fixture(scope="session")

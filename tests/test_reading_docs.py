@@ -16,7 +16,7 @@ import pytest
 
 from kindex_etl import IngestOptions, ingest
 from kindex_etl.load import layout
-from tests.load import (
+from tests.warehouse import (
     SEED_ROW,
     data_objects,
     documents,

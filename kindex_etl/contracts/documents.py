@@ -7,11 +7,11 @@ against them.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-API_VERSION = "kernelindex.dev/v1alpha1"
+API_VERSION: Final = "kernelindex.dev/v1alpha1"
 ApiVersion = Literal["kernelindex.dev/v1alpha1"]
 Scalar = int | float | str | bool | None
 
@@ -22,6 +22,12 @@ class _Model(BaseModel):
     def document(self) -> dict[str, Any]:
         """The JSON-ready dict; optional fields that are unset are left out, not null."""
         return self.model_dump(mode="json", exclude_none=True)
+
+
+class _Document(_Model):
+    """A versioned kind: `apiVersion` and `kind` (and `spec`) are what its digest hashes."""
+
+    apiVersion: ApiVersion = API_VERSION
 
 
 class Metadata(_Model):
@@ -45,8 +51,7 @@ class EnvironmentSpec(_Model):
     software: dict[str, str] = Field(default_factory=dict)
 
 
-class ExecutionEnvironment(_Model):
-    apiVersion: ApiVersion = "kernelindex.dev/v1alpha1"
+class ExecutionEnvironment(_Document):
     kind: Literal["ExecutionEnvironment"] = "ExecutionEnvironment"
     metadata: Metadata
     spec: EnvironmentSpec
@@ -77,8 +82,7 @@ class ProtocolSpec(_Model):
     comparability: Comparability
 
 
-class BenchmarkProtocol(_Model):
-    apiVersion: ApiVersion = "kernelindex.dev/v1alpha1"
+class BenchmarkProtocol(_Document):
     kind: Literal["BenchmarkProtocol"] = "BenchmarkProtocol"
     metadata: Metadata
     spec: ProtocolSpec
@@ -101,10 +105,9 @@ class WorkloadSpec(_Model):
     sweep: Sweep
 
 
-class Workload(_Model):
+class Workload(_Document):
     """What was computed: kernel, every shape/config parameter, dtype and the swept x."""
 
-    apiVersion: ApiVersion = "kernelindex.dev/v1alpha1"
     kind: Literal["Workload"] = "Workload"
     spec: WorkloadSpec
 
@@ -119,10 +122,9 @@ class ImplementationSpec(_Model):
     ligerVersion: str
 
 
-class Implementation(_Model):
+class Implementation(_Document):
     """Who computed it: the provider's code path in one liger-kernel release."""
 
-    apiVersion: ApiVersion = "kernelindex.dev/v1alpha1"
     kind: Literal["Implementation"] = "Implementation"
     spec: ImplementationSpec
 
@@ -171,8 +173,7 @@ class RunSpec(_Model):
     implementationDigest: Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 
 
-class BenchmarkRun(_Model):
-    apiVersion: ApiVersion = "kernelindex.dev/v1alpha1"
+class BenchmarkRun(_Document):
     kind: Literal["BenchmarkRun"] = "BenchmarkRun"
     metadata: Metadata
     spec: RunSpec
@@ -185,7 +186,7 @@ class BenchmarkRun(_Model):
         return doc
 
 
-DOCUMENT_KINDS: dict[str, type[_Model]] = {
+DOCUMENT_KINDS: dict[str, type[_Document]] = {
     "BenchmarkRun": BenchmarkRun,
     "BenchmarkProtocol": BenchmarkProtocol,
     "ExecutionEnvironment": ExecutionEnvironment,

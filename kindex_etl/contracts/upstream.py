@@ -24,6 +24,11 @@ UPSTREAM_COLUMNS = (
     "timestamp",
     "liger_version",
 )
+# Where upstream publishes (an object store mirrors these keys): the cumulative file, overwritten
+# in place, and one folder per benchmarked commit listed in order in COMMITS_LIST.
+CUMULATIVE_FILE = "benchmark/data/all_benchmark_data.csv"
+PER_COMMIT_PREFIX = "benchmarks/"
+COMMITS_LIST = PER_COMMIT_PREFIX + "commits.txt"
 # No zone: upstream's clock, treated as UTC.
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
 TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}$")

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from kindex_etl.storage import NotFound, ObjectInfo, ObjectStore
 
 ENVIRONMENT_SIDECAR = "environment.json"
-COMMITS_LIST = "commits.txt"
 
 
 @dataclass(frozen=True)

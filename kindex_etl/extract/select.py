@@ -27,13 +27,14 @@ from typing import Any
 
 from packaging.version import Version
 
+from kindex_etl.contracts.upstream import COMMITS_LIST, PER_COMMIT_PREFIX
 from kindex_etl.contracts.versions import parse_version as _parse
 from kindex_etl.errors import NotFound
-from kindex_etl.extract.discover import COMMITS_LIST, read_commit_list
+from kindex_etl.extract.discover import read_commit_list
 from kindex_etl.storage import ObjectInfo, ObjectStore
 
-BENCHMARKS = "benchmarks/"
-COMMITS_KEY = BENCHMARKS + COMMITS_LIST
+BENCHMARKS = PER_COMMIT_PREFIX
+COMMITS_KEY = COMMITS_LIST
 
 
 def _sha(folder: str) -> str:

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kindex_etl.contracts.upstream import TIMESTAMP_FORMAT, UPSTREAM_COLUMNS
+from kindex_etl.contracts.upstream import CUMULATIVE_FILE, TIMESTAMP_FORMAT, UPSTREAM_COLUMNS
 
 
 def read_rows(data: bytes) -> list[dict[str, str]]:
@@ -71,4 +71,4 @@ def to_csv(rows: Iterable[dict[str, str]]) -> bytes:
 
 
 def data_file(sdist_root: Path) -> Path:
-    return sdist_root / "benchmark" / "data" / "all_benchmark_data.csv"
+    return sdist_root / CUMULATIVE_FILE

@@ -29,8 +29,9 @@ from kindex_etl.ingestion.results import ObjectReport
 from kindex_etl.ingestion.threads import Background, prefetch
 from kindex_etl.load import layout
 from kindex_etl.load.descriptor_tables import descriptor_tables
-from kindex_etl.load.record import CommitRecord, Counts, FileEntry, ObjectEntry
-from kindex_etl.load.warehouse import Warehouse, fault_point
+from kindex_etl.load.faults import fault_point
+from kindex_etl.load.record import CommitRecord, Counts, FileEntry
+from kindex_etl.load.warehouse import Warehouse
 from kindex_etl.load.writers import ParquetTableWriter, RunsWriter, WrittenFile
 from kindex_etl.normalize.columnar import ColumnarNormalizer
 from kindex_etl.normalize.dedup import RunIndex
@@ -265,19 +266,7 @@ def _record(
 ) -> CommitRecord:
     return CommitRecord(
         batch=batch,
-        objects=[
-            ObjectEntry(
-                key=r.key,
-                etag=r.etag,
-                rows=r.rows,
-                runs=r.runs,
-                duplicates=r.duplicates,
-                quarantined=r.quarantined,
-                status=r.status,
-            )
-            for r in reports
-            if r.status != "replayed"
-        ],
+        objects=[r.entry() for r in reports if r.status != "replayed"],
         files=[FileEntry(key=f.key, rows=f.rows) for f in files],
         versions=sort_versions(work.versions),
         digests=sorted(work.digests),

@@ -15,7 +15,7 @@ import pyarrow as pa
 from kindex_etl.errors import PreconditionFailed, StorageError
 from kindex_etl.ingestion.batch import Ingestor, Source
 from kindex_etl.ingestion.results import ObjectReport
-from kindex_etl.load.warehouse import fault_point
+from kindex_etl.load.faults import fault_point
 
 COMMIT_ATTEMPTS = 8
 

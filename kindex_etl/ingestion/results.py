@@ -6,18 +6,24 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pydantic import ConfigDict
 
-@dataclass
-class ObjectReport:
-    key: str
-    etag: str
-    rows: int = 0
+from kindex_etl.load.record import ObjectEntry
+
+
+class ObjectReport(ObjectEntry):
+    """An object's entry in the commit record, plus what only the run's report shows.
+
+    `status` is also `replayed` (held-back rows run again) or `would-ingest` (a dry run).
+    """
+
+    model_config = ConfigDict(frozen=False)
+
     size: int = 0
-    runs: int = 0
-    duplicates: int = 0
-    quarantined: int = 0
-    status: str = "ingested"  # ingested | rejected | replayed | would-ingest
     detail: str = ""
+
+    def entry(self) -> ObjectEntry:
+        return ObjectEntry.model_validate(self.model_dump(include=set(ObjectEntry.model_fields)))
 
 
 @dataclass
@@ -57,6 +63,7 @@ class IngestSummary:
 
     def as_dict(self, *, objects: bool = False) -> dict[str, Any]:
         out = asdict(self)
+        out["objects"] = [r.model_dump() for r in self.objects]
         if not objects:
             out.pop("objects")
         return out

@@ -21,14 +21,14 @@ ENVIRONMENTS = "execution_environments"
 WORKLOADS = "workloads"
 IMPLEMENTATIONS = "implementations"
 QUARANTINE = "quarantine/rows"
-DOCUMENT_TABLES = (RUNS, PROTOCOLS, ENVIRONMENTS)
 TABLES = (RUNS, PROTOCOLS, ENVIRONMENTS, WORKLOADS, IMPLEMENTATIONS, QUARANTINE)
 
+# Everything that is not table data lives under CONTROL.
 CONTROL = "_kindex/"
-LOG = "_kindex/log/"
-SNAPSHOT = "_kindex/snapshot.json"
-STAGING = "_kindex/staging/"
-RERUNS = "_kindex/reruns/"
+LOG = CONTROL + "log/"
+SNAPSHOT = CONTROL + "snapshot.json"
+STAGING = CONTROL + "staging/"
+RERUNS = CONTROL + "reruns/"
 
 
 def runs_key(batch: str, version: str, part: int) -> str:

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kindex_etl.load import layout
+from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import CommitRecord, Writer
 from kindex_etl.storage import (
     NotFound,
@@ -36,16 +37,6 @@ from kindex_etl.storage import (
     open_store,
     store_url,
 )
-
-FAULT_ENV = "KINDEX_FAULT_AT"
-
-
-def fault_point(name: str) -> None:
-    """Crash here on purpose when KINDEX_FAULT_AT names this point (crash-recovery tests)."""
-    if os.environ.get(FAULT_ENV) == name:
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def utcnow() -> str:

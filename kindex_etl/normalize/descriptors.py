@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any, NamedTuple
@@ -89,7 +89,6 @@ class Descriptor:
     gpu_slug: str
     dtype: str | None
     known_kernel: bool
-    flat: dict[str, Any] = field(default_factory=dict)
 
 
 @cache

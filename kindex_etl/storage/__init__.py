@@ -5,14 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
-from kindex_etl.storage.base import (
-    NotFound,
-    ObjectInfo,
-    ObjectStore,
-    PreconditionFailed,
-    StorageError,
-    check_key,
-)
+from kindex_etl.errors import NotFound, PreconditionFailed, StorageError
+from kindex_etl.storage.base import ObjectInfo, ObjectStore, check_key
 from kindex_etl.storage.local import LocalStore
 
 __all__ = [

@@ -14,18 +14,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 
-from kindex_etl.errors import NotFound, PreconditionFailed, StorageError
-
-__all__ = [
-    "NotFound",
-    "ObjectInfo",
-    "ObjectStore",
-    "PreconditionFailed",
-    "StorageError",
-    "check_key",
-]
-
-
 _BAD_SEGMENTS = {"", ".", ".."}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
 

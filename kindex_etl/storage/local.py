@@ -11,13 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from kindex_etl.storage.base import (
-    NotFound,
-    ObjectInfo,
-    PreconditionFailed,
-    StorageError,
-    check_key,
-)
+from kindex_etl.errors import NotFound, PreconditionFailed, StorageError
+from kindex_etl.storage.base import ObjectInfo, check_key
 
 # delete() prunes empty folders, so a folder just made for a new file can vanish before the
 # file lands in it when another process deletes at the same time; making it again settles it.

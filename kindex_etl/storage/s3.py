@@ -34,13 +34,8 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from kindex_etl.storage.base import (
-    NotFound,
-    ObjectInfo,
-    PreconditionFailed,
-    StorageError,
-    check_key,
-)
+from kindex_etl.errors import NotFound, PreconditionFailed, StorageError
+from kindex_etl.storage.base import ObjectInfo, check_key
 
 _CLIENT_CONFIG = Config(
     # Standard mode retries throttling and 5xx with backoff; 10 attempts rides out the brief

@@ -1,5 +1,6 @@
-"""The backfill flow: what it selects, that a dry run changes nothing, that a run does what the
-dry run listed, progress, triggers only when asked, and the `kindex-etl backfill` command."""
+"""The backfill flow: a dry run changes nothing, a run does what the dry run listed, progress,
+triggers only when asked, and the `kindex-etl backfill` command. (What a selection picks is
+tests/extract/test_select.py.)"""
 
 from __future__ import annotations
 
@@ -7,70 +8,10 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.flows.conftest import Upstream, flow_run_artifacts
-
-# -- selection, pure functions (no Prefect engine) ---------------------------------------------
-
-
-def test_find_commit_by_sha_prefix_folder_or_longer_sha() -> None:
-    from flows.backfill import commit_range, find_commit
-
-    entries = ["1a2b3c4-v0.8.0", "9f8e7d6", "1a2bfff-v0.8.1"]
-    assert find_commit(entries, "1a2b3c4-v0.8.0") == 0
-    assert find_commit(entries, "1a2b3c4") == 0
-    assert find_commit(entries, "9f8e7d6aa00112233") == 1  # a full SHA finds its short form
-    assert find_commit(entries, "9f8e") == 1
-    with pytest.raises(ValueError, match="ambiguous"):
-        find_commit(entries, "1a2b")
-    with pytest.raises(ValueError, match="not in"):
-        find_commit(entries, "deadbee")
-    with pytest.raises(ValueError, match="not in"):
-        find_commit(entries, "1a2")  # too short to be a prefix
-    assert commit_range(entries, "9f8e7d6", None) == entries[1:]
-    assert commit_range(entries, None, "9f8e7d6") == entries[:2]
-    assert commit_range(entries, "1a2bfff", "1a2bfff") == entries[2:]
-    with pytest.raises(ValueError, match="comes after"):
-        commit_range(entries, "1a2bfff", "1a2b3c4")
-
-
-def _info(key: str, when: datetime = datetime(2026, 7, 1, tzinfo=UTC)) -> Any:
-    from kindex_etl.storage import ObjectInfo
-
-    return ObjectInfo(key=key, size=1, etag="e", last_modified=when)
-
-
-def test_selection_filters() -> None:
-    from packaging.version import Version
-
-    from flows.backfill import Selection, parse_time
-
-    cumulative = _info("benchmark/data/all_benchmark_data.csv")
-    tagged = _info("benchmarks/1a2b3c4-v0.8.0/benchmark.csv")
-    plain = _info("benchmarks/9f8e7d6/benchmark.csv")
-    assert all(Selection()(i) for i in (cumulative, tagged, plain))
-    by_commit = Selection(commits=frozenset({"9f8e7d6"}))
-    assert [by_commit(i) for i in (cumulative, tagged, plain)] == [False, False, True]
-    assert by_commit.list_prefix == "benchmarks/"
-    by_version = Selection(min_version=Version("0.8.0"), max_version=Version("0.8.0"))
-    assert [by_version(i) for i in (cumulative, tagged, plain)] == [False, True, False]
-    assert not Selection(min_version=Version("0.8.1"))(tagged)
-    assert not Selection(max_version=Version("0.7.9"))(tagged)
-    assert Selection(prefix="benchmark/")(cumulative) and not Selection(prefix="benchmark/")(plain)
-    since = parse_time("2026-07-01", "since")
-    until = parse_time("2026-07-01T12:00:00+02:00", "until")
-    assert since == datetime(2026, 7, 1, tzinfo=UTC)
-    assert until == datetime(2026, 7, 1, 10, tzinfo=UTC)
-    window = Selection(since=since, until=until)
-    assert window(_info("a.csv", datetime(2026, 7, 1, tzinfo=UTC)))  # since is included
-    assert not window(_info("a.csv", datetime(2026, 7, 1, 10, tzinfo=UTC)))  # until is not
-    assert not window(_info("a.csv", datetime(2026, 6, 30, 23, 59, tzinfo=UTC)))
-    with pytest.raises(ValueError, match="since"):
-        parse_time("yesterday", "since")
-
 
 # -- on Prefect's engine -----------------------------------------------------------------------
 

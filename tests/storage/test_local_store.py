@@ -6,6 +6,7 @@ and on a bucket prefix (moto's real HTTP server, see tests/s3_fixtures.py).
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
 from datetime import UTC
@@ -20,6 +21,7 @@ from kindex_etl.storage import (
     PreconditionFailed,
     open_store,
 )
+from kindex_etl.storage.s3 import S3Store
 
 UNSAFE_KEYS = [
     "",
@@ -47,7 +49,24 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
     return open_store(f"s3://{bucket}/tenant/warehouse")
 
 
-def test_store_satisfies_protocol(store: ObjectStore) -> None:
+@pytest.mark.parametrize("impl", [LocalStore, S3Store], ids=["local", "s3"])
+def test_store_implements_the_protocol(impl: type) -> None:
+    """Every method of ObjectStore, with the protocol's parameters (names, kinds, defaults)."""
+    methods = [
+        name
+        for name, value in vars(ObjectStore).items()
+        if callable(value) and not name.startswith("_")
+    ]
+    assert {"list", "head", "put_bytes", "move_file", "copy", "delete"} <= set(methods)
+    for name in methods:
+        want = inspect.signature(getattr(ObjectStore, name)).parameters
+        got = inspect.signature(getattr(impl, name)).parameters
+        assert [(p.name, p.kind, p.default) for p in got.values()] == [
+            (p.name, p.kind, p.default) for p in want.values()
+        ], f"{impl.__name__}.{name}"
+
+
+def test_local_store_is_an_object_store(store: ObjectStore) -> None:
     assert isinstance(store, ObjectStore)
 
 

@@ -29,8 +29,7 @@ from kindex_etl.load import layout
 from kindex_etl.load.record import CommitRecord
 from kindex_etl.load.warehouse import Warehouse
 from kindex_etl.storage import ObjectStore, PreconditionFailed, open_store
-
-from . import (
+from tests.warehouse import (
     REPO,
     assert_consistent,
     assert_same_files,

@@ -1,4 +1,8 @@
-"""An ingest killed with SIGKILL at each point of its commit (KINDEX_FAULT_AT), then run again.
+"""An ingest that dies at each point of its commit, then runs again.
+
+The matrix crashes in-process (`crash_at`: SimulatedCrash, which nothing in the pipeline
+catches, so nothing after the point runs); one test kills a real subprocess with SIGKILL
+(KINDEX_FAULT_AT) to show a dead process leaves the same state.
 
 At every crash point: a reader going through `_kindex/snapshot.json` sees exactly the previous
 state; the table folders hold no data file that no commit record lists, and only a crash inside
@@ -21,10 +25,10 @@ import pytest
 
 from kindex_etl import IngestOptions, ingest
 from kindex_etl.load import layout
+from kindex_etl.load.faults import SimulatedCrash, crash_at
 from kindex_etl.load.warehouse import Warehouse
 from kindex_etl.storage import open_store
-
-from . import (
+from tests.warehouse import (
     assert_consistent,
     assert_same_files,
     committed_keys,
@@ -119,10 +123,9 @@ def _check_right_after_crash(
         assert published == new_files and not staged
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("fault", FAULTS)
-def test_killed_ingest_recovers(
-    new_url: Callable[[str], str], uninterrupted: dict[str, Any], fault: str, tmp_path: Path
+def test_crashed_ingest_recovers(
+    new_url: Callable[[str], str], uninterrupted: dict[str, Any], fault: str
 ) -> None:
     upstream, wh = new_url("up"), new_url("wh")
     put_objects(upstream, {KEY_A: CSV_A})
@@ -131,16 +134,12 @@ def test_killed_ingest_recovers(
     assert before_snapshot is not None and before
     put_objects(upstream, {KEY_B: CSV_B})
 
-    crashed = run_ingest(upstream, wh, subprocess_env(tmp_path, KINDEX_FAULT_AT=fault))
-    assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    with pytest.raises(SimulatedCrash), crash_at(fault):
+        ingest(upstream, wh, NO_TRIGGER)
     _check_right_after_crash(wh, fault, before, before_snapshot)
 
-    if fault == "after_stage":
-        # A subprocess: the grace comes from KINDEX_ORPHAN_GRACE_S through the settings.
-        env = subprocess_env(tmp_path, KINDEX_ORPHAN_GRACE_S="0")
-        rerun = summary_of(run_ingest(upstream, wh, env))
-    else:
-        rerun = ingest(upstream, wh, NO_TRIGGER).as_dict()
+    grace = timedelta(0) if fault == "after_stage" else timedelta(hours=1)
+    rerun = ingest(upstream, wh, IngestOptions(trigger=False, orphan_grace=grace)).as_dict()
     expected = {
         "after_stage": ({"rolled_forward": 0, "orphans_removed": 1}, [2]),
         "after_commit": ({"rolled_forward": 1, "orphans_removed": 0}, []),
@@ -162,9 +161,10 @@ def test_killed_ingest_recovers(
 
 
 @pytest.mark.slow
-def test_crash_after_stage_rerun_within_grace(tmp_path: Path) -> None:
-    """With the default grace (1 h) the rerun removes no orphan, yet staging ends up empty:
-    batch ids are deterministic, so the rerun stages, commits and publishes the same batch."""
+def test_killed_ingest_rerun_within_grace(tmp_path: Path) -> None:
+    """A real SIGKILL after staging. With the default grace (1 h) the rerun removes no orphan,
+    yet staging ends up empty: batch ids are deterministic, so the rerun stages, commits and
+    publishes the same batch."""
     upstream, wh = str(tmp_path / "up"), str(tmp_path / "wh")
     put_objects(upstream, {KEY_A: CSV_A, KEY_B: CSV_B})
     crashed = run_ingest(upstream, wh, subprocess_env(tmp_path, KINDEX_FAULT_AT="after_stage"))

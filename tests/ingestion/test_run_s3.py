@@ -15,8 +15,7 @@ from kindex_etl import IngestOptions, ingest
 from kindex_etl.contracts.digests import digest
 from kindex_etl.load import layout
 from kindex_etl.storage import open_store
-
-from . import (
+from tests.warehouse import (
     GOLDEN_BUNDLE,
     HEADER,
     REPO,
