@@ -25,6 +25,7 @@ from prefect.states import State
 
 from flows.artifacts import publish_artifacts
 from kindex_etl import ingestion as stage
+from kindex_etl.api import finish_and_trigger
 from kindex_etl.extract.discover import Candidate
 from kindex_etl.ingestion import BatchOutcome, IngestOptions, IngestSummary, Plan
 from kindex_etl.storage import store_url
@@ -107,7 +108,7 @@ def finish(
 ) -> IngestSummary:
     # No retries: a re-run request is recorded once (conditional create); a retry could not
     # report what the first attempt triggered.
-    return stage.finish(upstream, warehouse, options, planned, outcomes, started=started)
+    return finish_and_trigger(upstream, warehouse, options, planned, outcomes, started=started)
 
 
 def run_ingest(

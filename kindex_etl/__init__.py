@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "ingest": "kindex_etl.ingestion",
+    "ingest": "kindex_etl.api",
     "replay": "kindex_etl.ingestion",
     "open_quarantine": "kindex_etl.ingestion",
     "IngestOptions": "kindex_etl.ingestion",
@@ -47,8 +47,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from kindex_etl.api import ingest
     from kindex_etl.catalog import Catalog, default_catalog, load_catalog
-    from kindex_etl.ingestion import IngestOptions, IngestSummary, ingest, open_quarantine, replay
+    from kindex_etl.ingestion import IngestOptions, IngestSummary, open_quarantine, replay
     from kindex_etl.load.warehouse import Warehouse, open_warehouse
 
 

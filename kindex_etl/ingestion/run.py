@@ -1,4 +1,4 @@
-"""The ingest as plain functions: recover, plan, ingest each batch, finish (then trigger).
+"""The ingest as plain steps: recover, plan, ingest each batch, finish.
 
 Each step takes and returns plain values, so a flow can make each one a task (and retry it)
 without sharing a mutable object between tasks. What a process keeps between batches of one
@@ -156,7 +156,7 @@ def finish(
     *,
     started: float,
 ) -> IngestSummary:
-    """The run's summary; requests GPU re-runs for releases new to the warehouse."""
+    """The run's summary: every batch's counts, and the releases new to the warehouse."""
     summary = IngestSummary(
         upstream=open_store(upstream_url).url, warehouse=store_url(warehouse_url)
     )
@@ -188,32 +188,8 @@ def finish(
         )
     committed = {v for outcome in outcomes for v in outcome.versions}
     summary.new_versions = sort_versions(committed - planned.versions_before)
-    if options.triggers and summary.new_versions:
-        from kindex_etl.reruns import on_new_versions
-
-        summary.reruns_triggered = on_new_versions(
-            open_warehouse(warehouse_url),
-            set(planned.versions_before),
-            summary.new_versions,
-            upstream=summary.upstream,
-        )
     summary.elapsed_s = round(time.perf_counter() - started, 3)
     return summary
-
-
-def ingest(
-    upstream_url: str, warehouse_url: str, options: IngestOptions | None = None
-) -> IngestSummary:
-    """Ingest every new upstream CSV object into the warehouse; returns what happened."""
-    options = options or IngestOptions()
-    started = time.perf_counter()
-    planned = plan(upstream_url, warehouse_url, options, recover(warehouse_url, options))
-    outcomes = (
-        []
-        if options.dry_run
-        else [ingest_batch(upstream_url, warehouse_url, options, b) for b in planned.batches]
-    )
-    return finish(upstream_url, warehouse_url, options, planned, outcomes, started=started)
 
 
 __all__ = [
@@ -221,7 +197,6 @@ __all__ = [
     "Plan",
     "Warehouse",
     "finish",
-    "ingest",
     "ingest_batch",
     "ingestor_for",
     "plan",
