@@ -7,14 +7,22 @@ pure and cached: the normalizer calls them once per distinct value, not per row.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import rfc8785
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 _SEPARATORS = (" ", "-", "_")
+# Every file whose content can move an identity: all of them enter the catalog version.
+CATALOG_FILES = ("gpus.json", "kernels.json", "workloads.json", "protocols.json")
 
 
 @dataclass(frozen=True)
@@ -36,12 +44,94 @@ class KernelInfo:
 
 
 @dataclass(frozen=True)
+class KernelNamePattern:
+    """A kernel name that embeds a parameter (`dyt_beta=True`): the kernel and the values."""
+
+    id: str
+    pattern: re.Pattern[str]
+    values: dict[str, Any]
+
+    def split(self, name: str) -> tuple[str, dict[str, Any]] | None:
+        found = self.pattern.match(name)
+        if found is None:
+            return None
+        groups = found.groupdict()
+        kernel = groups.pop("kernel")
+        return kernel, {k: self.values.get(v, v) for k, v in groups.items()}
+
+
+def _versions(spec: str | None) -> SpecifierSet | None:
+    return SpecifierSet(spec) if spec else None
+
+
+def _in_range(spec: SpecifierSet | None, version: str) -> bool:
+    if spec is None:
+        return True
+    try:
+        return spec.contains(Version(version), prereleases=True)
+    except InvalidVersion:
+        return False
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One upstream benchmark variant: which of its keys are shapes, sweep bounds, or dead."""
+
+    id: str
+    kernels: frozenset[str]
+    x_name: str
+    keys: frozenset[str]
+    versions: SpecifierSet | None
+    parameters: dict[str, str]
+    bounds: frozenset[str]
+    dead: frozenset[str]
+
+    def matches(self, kernel: str, x_name: str, keys: frozenset[str], version: str) -> bool:
+        return (
+            kernel in self.kernels
+            and x_name == self.x_name
+            and keys == self.keys
+            and _in_range(self.versions, version)
+        )
+
+
+@dataclass(frozen=True)
+class ProtocolVariant:
+    """Where a kernel's script times or measures differently from the family's protocol."""
+
+    id: str
+    kernels: frozenset[str]
+    metric: str
+    modes: frozenset[str] | None
+    versions: SpecifierSet | None
+    name: str
+    title: str
+    timed: str | None
+    notes: str | None
+
+    def matches(self, kernel: str, metric: str, mode: str, version: str) -> bool:
+        return (
+            kernel in self.kernels
+            and metric == self.metric
+            and (self.modes is None or mode in self.modes)
+            and _in_range(self.versions, version)
+        )
+
+
+@dataclass(frozen=True)
 class Catalog:
     gpus: tuple[dict[str, Any], ...]
     vendor_prefixes: dict[str, tuple[str, ...]]
     kernels: dict[str, KernelInfo]
     parameters: dict[str, str]
     dtypes: dict[str, str]
+    version: str = ""
+    kernel_names: tuple[KernelNamePattern, ...] = ()
+    variants: tuple[Variant, ...] = ()
+    protocol_variants: tuple[ProtocolVariant, ...] = ()
+    first_releases: dict[str, str] = field(default_factory=dict)
+    releases: tuple[str, ...] = ()
+    protocols: dict[str, Any] = field(default_factory=dict)
 
     def gpu(self, gpu_name: str) -> GpuInfo | None:
         """Place a device name; None when no entry matches (never guessed)."""
@@ -83,6 +173,52 @@ class Catalog:
     def dtype(self, raw: str) -> str | None:
         return self.dtypes.get(raw)
 
+    def split_kernel(self, name: str) -> tuple[str, dict[str, Any]]:
+        """The catalog kernel a raw kernel_name stands for, and the parameters it embeds."""
+        for pattern in self.kernel_names:
+            found = pattern.split(name)
+            if found is not None:
+                return found
+        return name, {}
+
+    def variant(self, kernel: str, x_name: str, keys: frozenset[str], version: str) -> Variant | None:
+        for rule in self.variants:
+            if rule.matches(kernel, x_name, keys, version):
+                return rule
+        return None
+
+    def protocol_variant(
+        self, kernel: str, metric: str, mode: str, version: str
+    ) -> ProtocolVariant | None:
+        for rule in self.protocol_variants:
+            if rule.matches(kernel, metric, mode, version):
+                return rule
+        return None
+
+    def earliest_label(self, kernel: str) -> str | None:
+        """The oldest liger_version a row of this benchmark can honestly carry.
+
+        Upstream's utils.py stamps rows with the installed liger-kernel version, and main between
+        two tags still reports the older one: a benchmark first shipped in release N can carry
+        N's predecessor, nothing older.
+        """
+        first = self.first_releases.get(kernel)
+        if first is None:
+            return None
+        if first in self.releases:
+            index = self.releases.index(first)
+            return self.releases[max(index - 1, 0)]
+        return first
+
+    def predates_benchmark(self, kernel: str, version: str) -> bool:
+        earliest = self.earliest_label(kernel)
+        if earliest is None:
+            return False
+        try:
+            return Version(version) < Version(earliest)
+        except InvalidVersion:
+            return False
+
 
 def _read_json(name: str, override_dir: Path | None) -> Any:
     if override_dir is not None and (override_dir / name).is_file():
@@ -97,8 +233,8 @@ def load_catalog(override_dir: str | Path | None = None) -> Catalog:
     then replay the rows that were held back for it (`kindex-etl replay`).
     """
     directory = Path(override_dir) if override_dir else None
-    gpus = _read_json("gpus.json", directory)
-    kernels = _read_json("kernels.json", directory)
+    files = {name: _read_json(name, directory) for name in CATALOG_FILES}
+    gpus, kernels, workloads = files["gpus.json"], files["kernels.json"], files["workloads.json"]
     return Catalog(
         gpus=tuple(gpus["gpus"]),
         vendor_prefixes={k: tuple(v["prefixes"]) for k, v in gpus["vendors"].items()},
@@ -114,7 +250,56 @@ def load_catalog(override_dir: str | Path | None = None) -> Catalog:
         },
         parameters=dict(kernels["parameters"]),
         dtypes=dict(kernels["dtypes"]),
+        version=catalog_version(files),
+        kernel_names=tuple(
+            KernelNamePattern(
+                id=entry["id"], pattern=re.compile(entry["match"]), values=entry.get("values", {})
+            )
+            for entry in workloads["kernelNames"]
+        ),
+        variants=tuple(
+            Variant(
+                id=entry["id"],
+                kernels=frozenset(entry["kernels"]),
+                x_name=entry["x_name"],
+                keys=frozenset(entry["keys"]),
+                versions=_versions(entry.get("versions")),
+                parameters=dict(entry.get("parameters", {})),
+                bounds=frozenset(entry.get("bounds", ())),
+                dead=frozenset(entry.get("dead", ())),
+            )
+            for entry in workloads["variants"]
+        ),
+        protocol_variants=tuple(
+            ProtocolVariant(
+                id=entry["id"],
+                kernels=frozenset(entry["kernels"]),
+                metric=entry["metric"],
+                modes=frozenset(entry["modes"]) if "modes" in entry else None,
+                versions=_versions(entry.get("versions")),
+                name=entry["name"],
+                title=entry["title"],
+                timed=entry.get("timed"),
+                notes=entry.get("notes"),
+            )
+            for entry in workloads["protocols"]
+        ),
+        first_releases={
+            k: v for k, v in workloads["firstReleases"].items() if not k.startswith("_")
+        },
+        releases=tuple(workloads["releases"]),
+        protocols=files["protocols.json"],
     )
+
+
+def catalog_version(files: dict[str, Any]) -> str:
+    """`<catalogVersion>+<12 hex digits>`: the declared version and a digest of every file.
+
+    The digest (sha256 over RFC 8785 JSON of all catalog files, by name) makes an override
+    directory or a forgotten version bump visible: equal strings mean equal catalogs.
+    """
+    content = hashlib.sha256(rfc8785.dumps(files)).hexdigest()[:12]
+    return f"{files['workloads.json']['catalogVersion']}+{content}"
 
 
 @cache

@@ -91,22 +91,14 @@ class BenchmarkProtocol(_Document):
 # Descriptors (hashed into workloadDigest / implementationDigest) -------------------------------
 
 
-class Sweep(_Model):
-    name: str
-    source: str
-    label: str
-    value: Scalar
-
-
 class WorkloadSpec(_Model):
     kernel: str
     parameters: dict[str, Scalar]
     dtype: str | None
-    sweep: Sweep
 
 
 class Workload(_Document):
-    """What was computed: kernel, every shape/config parameter, dtype and the swept x."""
+    """What was computed: kernel, its shape parameters by meaning-name (the swept x too), dtype."""
 
     kind: Literal["Workload"] = "Workload"
     spec: WorkloadSpec

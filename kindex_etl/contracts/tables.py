@@ -60,6 +60,9 @@ RUN_SCHEMA = pa.schema(
         _s("workload_descriptor"),
         _s("implementation_descriptor"),
         _field("known_kernel", pa.bool_(), DESCRIPTOR),
+        _s("source_kernel"),  # the upstream kernel_name as written (`dyt_beta=True`)
+        _s("workload_variant"),  # the catalog variant rule that named the keys; null if none
+        _s("catalog_version"),  # the catalog that made this run (Catalog.version)
         _s("source_key", ROW),
         _s("source_etag", ROW),
         _field("source_row", pa.int64(), ROW),
@@ -127,9 +130,8 @@ WORKLOAD_SCHEMA = pa.schema(
         ("kernel", pa.string()),
         ("dtype", pa.string()),
         ("parameters", pa.string()),
-        ("sweep_source", pa.string()),
-        ("sweep_value", pa.string()),
         ("workload_slug", pa.string()),
+        ("catalog_version", pa.string()),
         ("descriptor", pa.string()),
     ]
 )

@@ -67,9 +67,8 @@ def _workload(d: Descriptor) -> Row:
         "kernel": w["kernel"],
         "dtype": w["dtype"],
         "parameters": _json(w["parameters"]),
-        "sweep_source": w["sweep"]["source"],
-        "sweep_value": str(w["sweep"]["value"]),
         "workload_slug": d.workload_slug,
+        "catalog_version": d.catalog_version,
         "descriptor": d.workload_canonical,
     }
 

@@ -48,7 +48,7 @@ def descriptor_values(d: Descriptor) -> dict[str, Any]:
         "series_id": d.series_id,
         "title": d.title,
         "metric": d.metric,
-        "kernel": k.kernel,
+        "kernel": d.kernel,
         "operation_mode": k.mode or "unspecified",
         "provider": k.provider,
         "gpu_name": k.gpu_name,
@@ -69,6 +69,9 @@ def descriptor_values(d: Descriptor) -> dict[str, Any]:
         "workload_descriptor": d.workload_canonical,
         "implementation_descriptor": d.implementation_canonical,
         "known_kernel": d.known_kernel,
+        "source_kernel": k.kernel,
+        "workload_variant": d.variant,
+        "catalog_version": d.catalog_version,
     }
 
 

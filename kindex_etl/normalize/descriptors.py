@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 from packaging.version import InvalidVersion, Version
 
-from kindex_etl.catalog import Catalog
+from kindex_etl.catalog import Catalog, ProtocolVariant
 from kindex_etl.contracts.digests import canonical_json, digest
 from kindex_etl.contracts.documents import (
     BenchmarkProtocol,
@@ -34,6 +34,8 @@ _IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _INT = re.compile(r"^[+-]?\d+$")
 
 UNKNOWN_KERNEL_LABEL = "kernelindex.dev/catalog"
+# A liger_version older than the release before the benchmark's first: flagged, not trusted.
+VERSION_LABEL = "kernelindex.dev/liger-version"
 
 
 class DescriptorKey(NamedTuple):
@@ -89,6 +91,9 @@ class Descriptor:
     gpu_slug: str
     dtype: str | None
     known_kernel: bool
+    kernel: str = ""  # the catalog kernel; key.kernel is the raw kernel_name
+    variant: str | None = None  # the workload variant rule that applied
+    catalog_version: str = ""
 
 
 @cache
@@ -118,8 +123,14 @@ def _normalize_config_value(value: Any) -> Any:
     return value
 
 
-def protocol_document(metric: str, mode: str) -> BenchmarkProtocol:
-    cat = _protocol_catalog()
+def protocol_document(
+    metric: str,
+    mode: str,
+    variant: ProtocolVariant | None = None,
+    protocols: dict[str, Any] | None = None,
+) -> BenchmarkProtocol:
+    """The protocol of a (metric, pass); a catalog protocol variant where the script differs."""
+    cat = protocols or _protocol_catalog()
     spec = cat["metrics"][metric]
     mode_info = cat["modes"].get(mode)
     if mode_info is None:
@@ -127,17 +138,22 @@ def protocol_document(metric: str, mode: str) -> BenchmarkProtocol:
         timed = cat["unknown_mode"]["timed"].format(mode=mode)
     else:
         mode_title, timed = mode_info["title"], mode_info["timed"]
+    name, title, notes = spec["name"], spec["title"], spec["notes"]
+    if variant is not None:
+        name, title = variant.name, variant.title
+        timed = variant.timed or timed
+        notes = variant.notes or notes
     return BenchmarkProtocol.model_validate(
         {
             "metadata": {
-                "name": spec["name"].format(mode=slug(mode_title)),
-                "title": spec["title"].format(mode=mode_title),
+                "name": name.format(mode=slug(mode_title)),
+                "title": title.format(mode=mode_title),
             },
             "spec": {
                 "harness": cat["harness"],
                 "measurement": spec["measurement"],
                 "comparability": {
-                    "notes": spec["notes"].format(timed=timed),
+                    "notes": notes.format(timed=timed),
                     "family": cat["family"],
                 },
             },
@@ -173,17 +189,44 @@ def environment_document(catalog: Catalog, gpu_name: str, software: str) -> Exec
     )
 
 
-def _workload(catalog: Catalog, key: DescriptorKey) -> tuple[Workload, str, str | None]:
-    if key.config.strip():
-        try:
-            config = json.loads(key.config)
-        except json.JSONDecodeError as exc:
-            raise Rejected("bad_config", f"extra_benchmark_config_str is not JSON: {exc}") from None
-        if not isinstance(config, dict):
-            raise Rejected("bad_config", "extra_benchmark_config_str is not a JSON object")
-    else:
-        config = {}
-    kernel = catalog.kernel(key.kernel)
+def _config(text: str) -> dict[str, Any]:
+    if not text.strip():
+        return {}
+    try:
+        config = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise Rejected("bad_config", f"extra_benchmark_config_str is not JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise Rejected("bad_config", "extra_benchmark_config_str is not a JSON object")
+    return config
+
+
+@dataclass(frozen=True)
+class ResolvedWorkload:
+    hashed: Hashed
+    slug: str
+    dtype: str | None
+    kernel: str  # the catalog kernel, after a name-embedded parameter was split off
+    variant: str | None  # the catalog variant that named the keys; None when none matched
+
+
+def _workload(catalog: Catalog, key: DescriptorKey) -> tuple[Workload, str, str | None, str | None]:
+    """The Workload descriptor, its slug, dtype and the id of the variant rule that applied.
+
+    Parameters are keyed by meaning-name, so two script versions that name a shape differently
+    hash alike; a matched variant's sweep bounds and dead keys are left out (the runs table
+    keeps the raw config). Without a matching variant every key stays, as before.
+    """
+    kernel_name, embedded = catalog.split_kernel(key.kernel)
+    config = _config(key.config)
+    for name, value in embedded.items():
+        if name in config and config[name] != value:
+            raise Rejected(
+                "bad_config",
+                f"kernel_name {key.kernel!r} says {name}={value!r}, the config {config[name]!r}",
+            )
+    variant = catalog.variant(kernel_name, key.x_name, frozenset(config), key.liger_version)
+    kernel = catalog.kernel(kernel_name)
     raw_dtype = config.pop("dtype", None)
     dtype: str | None
     if raw_dtype is not None:
@@ -191,46 +234,44 @@ def _workload(catalog: Catalog, key: DescriptorKey) -> tuple[Workload, str, str 
     else:
         dtype = kernel.default_dtype if kernel else None
 
+    merged = {**embedded, **config}
+    if variant is not None:
+        merged = {k: v for k, v in merged.items() if k not in variant.bounds | variant.dead}
     x_value = parse_scalar(key.x_value)
-    parameters: dict[str, Any] = {
-        str(k): _normalize_config_value(v) for k, v in config.items() if v is not None
+    raw_parameters: dict[str, Any] = {
+        str(k): _normalize_config_value(v) for k, v in merged.items() if v is not None
     }
-    parameters[key.x_name] = x_value
-    # Meaning-names for the slug; a clash falls back to the raw name so slugs stay distinct.
+    # The swept x wins over a config key of the same name (the setup reads x, not the default).
+    raw_parameters[key.x_name] = x_value
+    # Meaning-names; a clash (unknown variants only) falls back to the raw name.
     words: dict[str, str] = {}
-    for raw in sorted(parameters):
-        word = catalog.parameter_name(key.kernel, raw) or compact(raw) or "param"
+    for raw in sorted(raw_parameters):
+        word = (
+            (variant.parameters.get(raw) if variant is not None else None)
+            or catalog.parameter_name(kernel_name, raw)
+            or compact(raw)
+            or "param"
+        )
         if word in words.values():
             word = compact(raw) + "raw"
         words[raw] = word
+    parameters = {words[raw]: value for raw, value in raw_parameters.items()}
     tokens = sorted(
-        (words[raw], value_slug(value))
-        for raw, value in parameters.items()
+        (word, value_slug(value))
+        for word, value in parameters.items()
         if not isinstance(value, dict | list)
     ) + sorted(
-        (words[raw], value_slug(canonical_json(value).decode()))
-        for raw, value in parameters.items()
+        (word, value_slug(canonical_json(value).decode()))
+        for word, value in parameters.items()
         if isinstance(value, dict | list)
     )
     workload_slug = "-".join(f"{word}{value}" for word, value in sorted(tokens))
     if dtype:
         workload_slug = f"{workload_slug}-{dtype}" if workload_slug else dtype
     workload = Workload.model_validate(
-        {
-            "spec": {
-                "kernel": key.kernel,
-                "parameters": parameters,
-                "dtype": dtype,
-                "sweep": {
-                    "name": words[key.x_name],
-                    "source": key.x_name,
-                    "label": key.x_label,
-                    "value": x_value,
-                },
-            }
-        }
+        {"spec": {"kernel": kernel_name, "parameters": parameters, "dtype": dtype}}
     )
-    return workload, workload_slug, dtype
+    return workload, workload_slug, dtype, variant.id if variant is not None else None
 
 
 @dataclass(frozen=True)
@@ -255,15 +296,18 @@ class Resolver:
 
     def __init__(self, catalog: Catalog) -> None:
         self.catalog = catalog
-        self._protocols: dict[tuple[str, str], Hashed] = {}
+        self._protocols: dict[tuple[str, str, str], Hashed] = {}
         self._environments: dict[tuple[str, str], Hashed | Rejected] = {}
-        self._workloads: dict[tuple[str, ...], tuple[Hashed, str, str | None] | Rejected] = {}
+        self._workloads: dict[tuple[str, ...], ResolvedWorkload | Rejected] = {}
         self._implementations: dict[tuple[str, str, str], Hashed] = {}
 
-    def protocol(self, metric: str, mode: str) -> Hashed:
-        key = (metric, mode)
+    def protocol(self, metric: str, mode: str, kernel: str = "", version: str = "") -> Hashed:
+        variant = self.catalog.protocol_variant(kernel, metric, mode, version)
+        key = (metric, mode, variant.id if variant is not None else "")
         if key not in self._protocols:
-            self._protocols[key] = Hashed.of(protocol_document(metric, mode).document())
+            protocols = self.catalog.protocols or None
+            document = protocol_document(metric, mode, variant, protocols).document()
+            self._protocols[key] = Hashed.of(document)
         return self._protocols[key]
 
     def environment(self, gpu_name: str, software: str) -> Hashed:
@@ -279,12 +323,19 @@ class Resolver:
             raise found
         return found
 
-    def workload(self, key: DescriptorKey) -> tuple[Hashed, str, str | None]:
-        wkey = (key.kernel, key.x_name, key.x_label, key.x_value, key.config)
+    def workload(self, key: DescriptorKey) -> ResolvedWorkload:
+        # liger_version is part of the key: a variant rule may hold for a range of releases.
+        wkey = (key.kernel, key.x_name, key.x_value, key.config, key.liger_version)
         if wkey not in self._workloads:
             try:
-                workload, slug_, dtype = _workload(self.catalog, key)
-                self._workloads[wkey] = (Hashed.of(workload.document()), slug_, dtype)
+                workload, slug_, dtype, variant = _workload(self.catalog, key)
+                self._workloads[wkey] = ResolvedWorkload(
+                    hashed=Hashed.of(workload.document()),
+                    slug=slug_,
+                    dtype=dtype,
+                    kernel=workload.spec.kernel,
+                    variant=variant,
+                )
             except Rejected as rejected:
                 self._workloads[wkey] = rejected
         found = self._workloads[wkey]
@@ -303,20 +354,26 @@ class Resolver:
 
     def resolve(self, key: DescriptorKey) -> Descriptor:
         """Build the descriptor for a key, or raise Rejected with the reason to hold it back."""
-        _check_fields(key)
+        _check_fields(self.catalog, key)
         environment = self.environment(key.gpu_name, key.software)
-        workload, workload_slug, dtype = self.workload(key)
-        protocol = self.protocol(key.metric, key.mode)
-        implementation = self.implementation(key.provider, key.kernel, key.liger_version)
-        kernel = self.catalog.kernel(key.kernel)
+        resolved = self.workload(key)
+        kernel_name, workload, workload_slug = resolved.kernel, resolved.hashed, resolved.slug
+        protocol = self.protocol(key.metric, key.mode, kernel_name, key.liger_version)
+        implementation = self.implementation(key.provider, kernel_name, key.liger_version)
+        kernel = self.catalog.kernel(kernel_name)
         mode = key.mode or "unspecified"
         gpu_slug = slug(key.gpu_name)
-        series = f"{key.kernel}/{mode}/{key.provider}/{gpu_slug}/{workload_slug}"
+        series = f"{kernel_name}/{mode}/{key.provider}/{gpu_slug}/{workload_slug}"
         labels = {"liger_version": key.liger_version}
         if kernel is None:
             labels[UNKNOWN_KERNEL_LABEL] = "unknown-kernel"
-        title = f"{kernel.title if kernel else key.kernel} · {key.provider} · {mode}"
-        name_parts = [key.kernel, mode, key.provider, gpu_slug, workload_slug]
+        elif resolved.variant is None:
+            labels[UNKNOWN_KERNEL_LABEL] = "unknown-variant"
+        if self.catalog.predates_benchmark(kernel_name, key.liger_version):
+            first = self.catalog.first_releases[kernel_name]
+            labels[VERSION_LABEL] = f"predates-benchmark-{first}"
+        title = f"{kernel.title if kernel else kernel_name} · {key.provider} · {mode}"
+        name_parts = [kernel_name, mode, key.provider, gpu_slug, workload_slug]
         if key.metric == "memory":
             # Memory rows share everything with a speed row but the metric: give them their
             # own externalId shape (one more segment) and a name and title that say so.
@@ -330,7 +387,7 @@ class Resolver:
             name_prefix=slug("-".join(("liger", *name_parts))),
             title=title,
             labels=labels,
-            benchmark=f"{key.kernel}/{mode}",
+            benchmark=f"{kernel_name}/{mode}",
             workload=workload.doc,
             implementation=implementation.doc,
             protocol=protocol.doc,
@@ -343,12 +400,15 @@ class Resolver:
             implementation_canonical=implementation.canonical,
             workload_slug=workload_slug,
             gpu_slug=gpu_slug,
-            dtype=dtype,
+            dtype=resolved.dtype,
             known_kernel=kernel is not None,
+            kernel=kernel_name,
+            variant=resolved.variant,
+            catalog_version=self.catalog.version,
         )
 
 
-def _check_fields(key: DescriptorKey) -> None:
+def _check_fields(catalog: Catalog, key: DescriptorKey) -> None:
     for column, value in (
         ("kernel_name", key.kernel),
         ("kernel_provider", key.provider),
@@ -360,8 +420,10 @@ def _check_fields(key: DescriptorKey) -> None:
     ):
         if not value.strip():
             raise Rejected("missing_field", f"{column} is empty")
+    # A kernel name the catalog splits (`dyt_beta=True`) is checked as the kernel it names.
+    kernel, _ = catalog.split_kernel(key.kernel)
     for column, value in (
-        ("kernel_name", key.kernel),
+        ("kernel_name", kernel),
         ("kernel_provider", key.provider),
         ("kernel_operation_mode", key.mode),
     ):
