@@ -181,7 +181,9 @@ class Catalog:
                 return found
         return name, {}
 
-    def variant(self, kernel: str, x_name: str, keys: frozenset[str], version: str) -> Variant | None:
+    def variant(
+        self, kernel: str, x_name: str, keys: frozenset[str], version: str
+    ) -> Variant | None:
         for rule in self.variants:
             if rule.matches(kernel, x_name, keys, version):
                 return rule
