@@ -296,3 +296,53 @@ def test_unknown_kernel_is_normalized_and_flagged(tmp_path):
     assert doc["metadata"]["labels"]["kernelindex.dev/catalog"] == "unknown-kernel"
     assert doc["metadata"]["title"] == "brand_new_op · torch · full"
     assert doc["spec"]["sourceNative"]["externalId"].startswith("brand_new_op/full/torch/")
+
+
+MAIN_5AE26C4 = Path(__file__).resolve().parents[1] / "fixtures" / "warehouse-main-5ae26c4"
+
+
+def test_catalogued_variants_reach_the_runs_table(tmp_path):
+    """The fixture's input, ingested now: dyt_beta rows are dyt runs, stamped and traceable."""
+    upstream = tmp_path / "up"
+    shutil.copytree(MAIN_5AE26C4 / "upstream", upstream)
+    summary = ingest(str(upstream), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    assert summary.runs_written == 51
+    assert summary.quarantined_by_reason == {"unknown_gpu": 1}
+    runs = table(tmp_path / "wh", "benchmark_runs").to_pylist()
+    dyt = [r for r in runs if r["kernel"] == "dyt"]
+    assert len(dyt) == 10
+    assert {r["source_kernel"] for r in dyt} == {"dyt_beta=True", "dyt_beta=False"}
+    assert all(r["external_id"].startswith("dyt/") for r in dyt)
+    assert {json.loads(r["workload_descriptor"])["spec"]["parameters"]["beta"] for r in dyt} == {
+        True,
+        False,
+    }
+    version = load_catalog().version
+    assert {r["catalog_version"] for r in runs} == {version}
+    assert all(r["source_kernel"] == r["kernel"] for r in runs if r["kernel"] != "dyt")
+    variants = {r["kernel"]: r["workload_variant"] for r in runs}
+    assert variants["jsd"] == "vocab-loss/BT-sweep-helper"
+    workloads = table(tmp_path / "wh", "workloads").to_pylist()
+    assert {w["catalog_version"] for w in workloads} == {version}
+    docs = documents(tmp_path / "wh", "benchmark_runs")
+    flagged = [d for d in docs if "kernelindex.dev/liger-version" in d["metadata"]["labels"]]
+    # the sample's multi_token_attention rows say 0.1.1; that benchmark first shipped in 0.6.0
+    assert len(flagged) == 2
+    for d in flagged:
+        assert d["spec"]["sourceNative"]["benchmark"].startswith("multi_token_attention/")
+        assert d["metadata"]["labels"]["liger_version"] == "0.1.1"
+        assert d["metadata"]["labels"]["kernelindex.dev/liger-version"] == (
+            "predates-benchmark-0.6.0"
+        )
+
+
+def test_replay_releases_dyt_beta_rows_held_back_by_main_5ae26c4(tmp_path):
+    warehouse = tmp_path / "wh"
+    shutil.copytree(MAIN_5AE26C4 / "warehouse", warehouse)
+    before = open_quarantine(str(warehouse)).to_pylist()
+    assert {r["reason"] for r in before} == {"bad_identifier", "unknown_gpu"}
+    summary = replay(str(warehouse))
+    assert summary.runs_written == 10
+    assert summary.quarantined_by_reason == {"unknown_gpu": 1}
+    held = open_quarantine(str(warehouse)).to_pylist()
+    assert [r["reason"] for r in held] == ["unknown_gpu"]
