@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 from kindex_etl.catalog import default_catalog
+from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
 from kindex_etl.normalize.columnar import ColumnarNormalizer
 from kindex_etl.normalize.descriptors import (
     UNKNOWN_KERNEL_LABEL,
@@ -24,7 +25,7 @@ from kindex_etl.normalize.descriptors import (
     Rejected,
     Resolver,
 )
-from kindex_etl.normalize.rows import UPSTREAM_COLUMNS, descriptor_key, normalize_row
+from kindex_etl.normalize.reference import descriptor_key, normalize_row
 from tests.helpers import FIXTURES, SAMPLE_CSV, row, seed_row
 
 SDIST_ROWS = FIXTURES / "sdist-rows" / "all_benchmark_data.csv"
