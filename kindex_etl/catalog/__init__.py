@@ -18,7 +18,8 @@ from typing import Any
 
 import rfc8785
 from packaging.specifiers import SpecifierSet
-from packaging.version import InvalidVersion, Version
+
+from kindex_etl.contracts.versions import parse_version
 
 _SEPARATORS = (" ", "-", "_")
 # Every file whose content can move an identity: all of them enter the catalog version.
@@ -67,10 +68,8 @@ def _versions(spec: str | None) -> SpecifierSet | None:
 def _in_range(spec: SpecifierSet | None, version: str) -> bool:
     if spec is None:
         return True
-    try:
-        return spec.contains(Version(version), prereleases=True)
-    except InvalidVersion:
-        return False
+    parsed = parse_version(version)
+    return parsed is not None and spec.contains(parsed, prereleases=True)
 
 
 @dataclass(frozen=True)
@@ -213,13 +212,9 @@ class Catalog:
         return first
 
     def predates_benchmark(self, kernel: str, version: str) -> bool:
-        earliest = self.earliest_label(kernel)
-        if earliest is None:
-            return False
-        try:
-            return Version(version) < Version(earliest)
-        except InvalidVersion:
-            return False
+        earliest = parse_version(self.earliest_label(kernel) or "")
+        parsed = parse_version(version)
+        return earliest is not None and parsed is not None and parsed < earliest
 
 
 def _read_json(name: str, override_dir: Path | None) -> Any:

@@ -167,3 +167,11 @@ def test_catalog_version_changes_with_any_file(tmp_path: Path) -> None:
     (tmp_path / "workloads.json").unlink()
     (tmp_path / "gpus.json").write_text(json.dumps(gpus))
     assert load_catalog(tmp_path).version != packaged.version
+
+
+def test_docs_describe_every_rule() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "catalog.md").read_text()
+    for rule in _rules():
+        assert f"`{rule['id']}`" in docs or rule["id"] in docs, rule["id"]
+        for ref in rule["evidence"]:
+            assert ref in docs, f"{rule['id']}: {ref} is not in docs/catalog.md"
