@@ -267,6 +267,11 @@ def test_an_unknown_variant_keeps_every_key_and_is_flagged() -> None:
     assert parameters(d) == {"batch": 1, "bszraw": 9, "hidden": 2048, "seq": 4096}
     unknown = resolve(row(kernel_name="never_seen"))
     assert unknown.labels[UNKNOWN_KERNEL_LABEL] == "unknown-kernel"
+    # M is the row count wherever a script uses it: the global map names it for new kernels
+    new = resolve(
+        row(kernel_name="future_norm", x_name="N", extra_benchmark_config_str='{"M": 64}')
+    )
+    assert parameters(new) == {"rows": 64, "n": 2048}
 
 
 def test_protocol_variants_are_used_for_the_named_kernels() -> None:
