@@ -353,3 +353,18 @@ def test_columnar_runs_equal_the_reference_on_variant_rows() -> None:
     )
     lines = [json.loads(line) for line in out.json_lines.to_pylist()]
     assert lines == [normalize_row(catalog, r).run for r in rows]
+
+
+def test_softmax_rows_of_two_script_versions_share_a_workload() -> None:
+    # v0.7.0/scripts/benchmark_softmax.py:20-24 sweeps N columns over M rows; main sweeps BT
+    # rows of a (BT, hidden) tensor (main-2026-08-21/scripts/benchmark_softmax.py:24-37).
+    old = upstream("softmax", "N", 4096, {"M": 2048, "dtype": BF16}, version="0.7.0")
+    new = upstream(
+        "softmax", "BT", 2048,
+        {"hidden_size": 4096, "dtype": BF16, "bsz": 4, "seq_len": 4096},
+        version="0.8.2",
+    )  # fmt: skip
+    a, b = resolve(old), resolve(new)
+    assert b.variant == "rows/BT-sweep-helper"
+    assert parameters(a) == parameters(b) == {"hidden": 4096, "rows": 2048}
+    assert a.workload_digest == b.workload_digest
