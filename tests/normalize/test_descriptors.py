@@ -356,7 +356,7 @@ def test_columnar_runs_equal_the_reference_on_variant_rows() -> None:
 
 
 def test_softmax_rows_of_two_script_versions_share_a_workload() -> None:
-    # v0.7.0/scripts/benchmark_softmax.py:20-24 sweeps N columns over M rows; main sweeps BT
+    # v0.7.0/scripts/benchmark_softmax.py:18-25 sweeps N columns over M rows; main sweeps BT
     # rows of a (BT, hidden) tensor (main-2026-08-21/scripts/benchmark_softmax.py:24-37).
     old = upstream("softmax", "N", 4096, {"M": 2048, "dtype": BF16}, version="0.7.0")
     new = upstream(
