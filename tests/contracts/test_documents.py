@@ -26,11 +26,16 @@ def test_unknown_fields_and_bad_digests_are_refused() -> None:
 
 
 def test_workload_keeps_a_null_dtype_for_hashing() -> None:
-    w = Workload.model_validate(
-        {"spec": {"kernel": "k", "parameters": {}, "dtype": None,
-                  "sweep": {"name": "h", "source": "H", "label": "h", "value": 1}}}
-    )  # fmt: skip
+    w = Workload.model_validate({"spec": {"kernel": "k", "parameters": {"h": 1}, "dtype": None}})
     assert w.document()["spec"]["dtype"] is None
+
+
+def test_workload_has_no_sweep_axis() -> None:
+    # Which axis a script swept is not part of what was computed (see docs/catalog.md).
+    with pytest.raises(ValidationError):
+        Workload.model_validate(
+            {"spec": {"kernel": "k", "parameters": {}, "dtype": None, "sweep": {"name": "h"}}}
+        )
 
 
 def test_every_kind_has_a_json_schema() -> None:
