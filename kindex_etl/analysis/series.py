@@ -1,0 +1,304 @@
+"""The series key, and the runs table streamed one group of whole series at a time.
+
+A series is one computation measured one way on one kind of machine: kernel, pass
+(`operation_mode`), metric, provider, workload digest, protocol digest, GPU (product and form
+factor) and the environment's software class. Runs of different series are never compared by
+the detector. The key is `sha256:` + hex(sha256(RFC 8785 JSON of those nine fields, named as
+in `SERIES_FIELDS`)), so anyone can recompute it from a run and its environment.
+
+The runs are read the way a consumer reads them: the files `_kindex/snapshot.json` lists,
+through the object store, with pyarrow. To scale with series and not with runs held in memory,
+runs are first split into buckets by the leading hex digits of their workload digest (part of
+the key, so a series never spans buckets), spilled to Arrow IPC files, and analysed bucket by
+bucket.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+import rfc8785
+from packaging.version import InvalidVersion, Version
+
+from ..storage import NotFound, ObjectStore
+
+SERIES_FIELDS = (
+    "kernel",
+    "operation_mode",
+    "metric",
+    "provider",
+    "workload_digest",
+    "protocol_digest",
+    "gpu_product",
+    "gpu_form_factor",
+    "software_class",
+)
+
+# Which software facts make a different kind of machine, and how much of each version counts:
+# a new torch or triton minor, a CUDA major or another host CPU is another series; a driver or
+# Python patch is not (it is the kind of drift a series is meant to show). Upstream rows record
+# no software at all: their class is "upstream".
+SOFTWARE_CLASS_FIELDS: Mapping[str, int | None] = {
+    "torch": 2,
+    "triton": 2,
+    "cuda": 1,
+    "hostCpu": None,
+}
+UPSTREAM_CLASS = "upstream"
+
+RUN_COLUMNS = [
+    "external_id",
+    "status",
+    "kernel",
+    "operation_mode",
+    "metric",
+    "provider",
+    "workload_digest",
+    "workload_slug",
+    "protocol_digest",
+    "environment_digest",
+    "gpu_name",
+    "liger_version",
+    "observed_at",
+    "x_value",
+    "value_median",
+    "value_p20",
+    "value_p80",
+]
+SNAPSHOT = "_kindex/snapshot.json"
+RUNS = "benchmark_runs"
+ENVIRONMENTS = "execution_environments"
+BUCKET_ROWS = 400_000
+_SEP, _NULL = "\x1f", "\x00"
+
+
+def software_class(software: Mapping[str, Any] | str | None) -> str:
+    """The software class of an environment's `spec.software` (a dict or its JSON text)."""
+    facts = json.loads(software) if isinstance(software, str) else dict(software or {})
+    kept: dict[str, str] = {}
+    for name, parts in SOFTWARE_CLASS_FIELDS.items():
+        value = facts.get(name)
+        if value is None:
+            continue
+        kept[name] = _leading(str(value), parts)
+    if not kept:
+        return UPSTREAM_CLASS
+    return ",".join(f"{k}={v}" for k, v in sorted(kept.items()))
+
+
+def _leading(value: str, parts: int | None) -> str:
+    if parts is None:
+        return value
+    try:
+        release = Version(value).release
+    except InvalidVersion:
+        return value
+    return ".".join(str(p) for p in release[:parts])
+
+
+def series_key(fields: Mapping[str, Any]) -> str:
+    """`sha256:` + hex digest of the RFC 8785 JSON of the nine series fields."""
+    body = {name: fields.get(name) for name in SERIES_FIELDS}
+    return "sha256:" + hashlib.sha256(rfc8785.dumps(body)).hexdigest()
+
+
+def version_order(version: str) -> tuple[int, Version | str]:
+    """PEP 440 order; a string that is no version sorts after every version (never seen)."""
+    try:
+        return (0, Version(version))
+    except InvalidVersion:
+        return (1, version)
+
+
+def read_snapshot(store: ObjectStore) -> dict[str, Any]:
+    """The published state `{"seq", "tables"}`; an empty warehouse before the first commit."""
+    try:
+        snap: dict[str, Any] = json.loads(store.get_bytes(SNAPSHOT))
+    except (NotFound, FileNotFoundError):
+        return {"seq": 0, "tables": {}}
+    snap.setdefault("tables", {})
+    return snap
+
+
+def read_parquet(store: ObjectStore, key: str, columns: list[str] | None = None) -> pa.Table:
+    path = store.local_path(key)
+    if path is not None:
+        return pq.read_table(path, columns=columns)
+    with store.open_read(key) as fh:
+        return pq.read_table(pa.py_buffer(fh.read()), columns=columns)
+
+
+@dataclass(frozen=True)
+class Machine:
+    product: str | None
+    form_factor: str | None
+    software_class: str
+
+
+def environment_classes(store: ObjectStore, snapshot: Mapping[str, Any]) -> dict[str, Machine]:
+    """Environment digest -> (GPU product, form factor, software class)."""
+    machines: dict[str, Machine] = {}
+    for key in snapshot["tables"].get(ENVIRONMENTS, []):
+        table = read_parquet(store, key, ["digest", "product", "form_factor", "software"])
+        for row in table.to_pylist():
+            machines[row["digest"]] = Machine(
+                row["product"], row["form_factor"], software_class(row["software"])
+            )
+    return machines
+
+
+def release_of(key: str) -> str | None:
+    """The `release=<v>` partition value of a runs file key."""
+    for part in key.split("/"):
+        if part.startswith("release="):
+            return part[len("release=") :]
+    return None
+
+
+def release_ranks(versions: set[str]) -> dict[str, int]:
+    return {v: i for i, v in enumerate(sorted(versions, key=version_order))}
+
+
+def with_series(
+    runs: pa.Table, machines: Mapping[str, Machine], ranks: Mapping[str, int]
+) -> pa.Table:
+    """Passed runs with GPU product, form factor, software class, release rank and series key."""
+    runs = runs.filter(
+        pc.and_(pc.equal(runs.column("status"), "passed"), pc.is_valid(runs.column("value_median")))
+    )
+    digests = sorted(machines)
+    index = pc.index_in(runs.column("environment_digest"), value_set=pa.array(digests, pa.string()))
+    if index.null_count:
+        # A run whose environment is not (yet) in the snapshot cannot be placed: leave it out
+        # rather than put it in a series of unknown hardware.
+        runs = runs.filter(pc.is_valid(index))
+        index = index.filter(pc.is_valid(index))
+    info = [machines[d] for d in digests]
+    runs = runs.append_column(
+        "gpu_product", pc.take(pa.array([m.product for m in info], pa.string()), index)
+    )
+    runs = runs.append_column(
+        "gpu_form_factor", pc.take(pa.array([m.form_factor for m in info], pa.string()), index)
+    )
+    runs = runs.append_column(
+        "software_class", pc.take(pa.array([m.software_class for m in info], pa.string()), index)
+    )
+    versions = sorted(ranks)
+    vindex = pc.index_in(runs.column("liger_version"), value_set=pa.array(versions, pa.string()))
+    runs = runs.append_column(
+        "release_rank",
+        pc.take(pa.array([ranks[v] for v in versions], pa.int32()), vindex),
+    )
+    # One key per distinct field combination (nulls kept as nulls: a GPU without a form factor
+    # is a value, not a wildcard), mapped back onto the runs.
+    joined = pc.binary_join_element_wise(
+        *[runs.column(f) for f in SERIES_FIELDS], _SEP, null_handling="replace",
+        null_replacement=_NULL,
+    )  # fmt: skip
+    combos = pc.unique(joined)
+    keys = pa.array(
+        [
+            series_key(
+                dict(zip(SERIES_FIELDS, [None if v == _NULL else v for v in c.split(_SEP)],
+                         strict=True))
+            )  # fmt: skip
+            for c in combos.to_pylist()
+        ],
+        pa.string(),
+    )
+    runs = runs.append_column("series_key", pc.take(keys, pc.index_in(joined, value_set=combos)))
+    return runs.sort_by(
+        [("series_key", "ascending"), ("release_rank", "ascending"), ("observed_at", "ascending")]
+    )
+
+
+@dataclass
+class RunSource:
+    """The committed runs of a warehouse, as buckets of whole series."""
+
+    store: ObjectStore
+    snapshot: dict[str, Any]
+    bucket_rows: int = BUCKET_ROWS
+
+    @classmethod
+    def open(cls, store: ObjectStore, *, bucket_rows: int = BUCKET_ROWS) -> RunSource:
+        return cls(store, read_snapshot(store), bucket_rows)
+
+    @property
+    def seq(self) -> int:
+        return int(self.snapshot.get("seq", 0))
+
+    @property
+    def run_files(self) -> list[str]:
+        return list(self.snapshot["tables"].get(RUNS, []))
+
+    def versions(self) -> set[str]:
+        return {v for v in map(release_of, self.run_files) if v is not None}
+
+    def buckets(self, columns: list[str] | None = None) -> Iterator[pa.Table]:
+        """Tables of whole series, each sorted by series key, release (PEP 440) and time."""
+        files = self.run_files
+        if not files:
+            return
+        machines = environment_classes(self.store, self.snapshot)
+        ranks = release_ranks(self.versions())
+        cols = columns or RUN_COLUMNS
+        total = sum(self._rows(k) for k in files)
+        digits = 0
+        while total / 16**digits > self.bucket_rows and digits < 3:
+            digits += 1
+        if digits == 0:
+            table = pa.concat_tables(
+                [read_parquet(self.store, k, cols) for k in files], promote_options="permissive"
+            )
+            yield with_series(table, machines, ranks)
+            return
+        yield from self._spilled(files, cols, digits, machines, ranks)
+
+    def _rows(self, key: str) -> int:
+        path = self.store.local_path(key)
+        if path is not None:
+            return int(pq.ParquetFile(path).metadata.num_rows)
+        with self.store.open_read(key) as fh:
+            return int(pq.ParquetFile(pa.py_buffer(fh.read())).metadata.num_rows)
+
+    def _spilled(
+        self,
+        files: list[str],
+        cols: list[str],
+        digits: int,
+        machines: Mapping[str, Machine],
+        ranks: Mapping[str, int],
+    ) -> Iterator[pa.Table]:
+        with tempfile.TemporaryDirectory(prefix="kindex-series-") as tmp:
+            writers: dict[str, ipc.RecordBatchFileWriter] = {}
+            schema: pa.Schema | None = None
+            # "sha256:" is 7 characters: the bucket is the digest's first `digits` hex digits.
+            for key in files:
+                table = read_parquet(self.store, key, cols)
+                if schema is None:
+                    schema = table.schema
+                table = table.cast(schema)
+                prefix = pc.utf8_slice_codeunits(table.column("workload_digest"), 7, 7 + digits)
+                for value in pc.unique(prefix).to_pylist():
+                    part = table.filter(pc.equal(prefix, value))
+                    name = value or "none"
+                    if name not in writers:
+                        writers[name] = ipc.new_file(Path(tmp, f"{name}.arrow"), schema)
+                    writers[name].write_table(part)
+            for w in writers.values():
+                w.close()
+            for name in sorted(writers):
+                with pa.memory_map(str(Path(tmp, f"{name}.arrow"))) as source:
+                    table = ipc.open_file(source).read_all()
+                yield with_series(table, machines, ranks)
