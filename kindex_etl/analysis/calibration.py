@@ -185,7 +185,7 @@ def score(
         if r["state"] not in ("alert", "improvement"):
             continue
         step, release = truth[r["series_key"]]
-        hit = step > 0 and r["after_release"] == release and r["ratio"] > 1
+        hit = step > 0 and r["after_release"] == release and r["direction"] in ("slower", "larger")
         if hit:
             found[r["series_key"]] = True
         else:

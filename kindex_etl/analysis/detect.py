@@ -326,7 +326,8 @@ def _row(
     if c.deterministic:
         before_value = float(p.vmax[r0 + before_rel])
         after_value = float(p.vmax[r0 + after_rel])
-        ratio = low = high = after_value / before_value if before_value else math.inf
+        ratio: float | None = after_value / before_value if before_value else None
+        low = high = ratio
         p_value: float | None = 0.0
         score: float | None = None
     else:
@@ -335,7 +336,7 @@ def _row(
         low, high = math.exp(c.log_ratio - Z95 * c.se), math.exp(c.log_ratio + Z95 * c.se)
         p_value = math.erfc(abs(c.z) / math.sqrt(2))
         score = c.z
-    larger = ratio > 1
+    larger = after_value > before_value
     direction = (
         ("larger" if larger else "smaller")
         if meta["metric"] in DETERMINISTIC_METRICS
@@ -372,3 +373,35 @@ def _row(
         "false_alarm_rate": far(meta["metric"], meta["operation_mode"]) if far else None,
         "detector": "exact" if c.deterministic else settings.method,
     }
+
+
+POINT_COLUMNS = (*_META, "liger_version", "release_rank")
+
+
+def release_points(runs: pa.Table, settings: DetectorSettings) -> pa.Table:
+    """One row per (series, release): the series fields, the release, the geometric mean of
+    its runs' medians, p20 and p80, the run count and the point's noise sigma (log space)."""
+    if runs.num_rows == 0:
+        return pa.table({})
+    p = Points.of(runs)
+    sigma = _series_sigma(p, settings)
+    n_rel = np.diff(np.r_[p.series_start, len(p.release_start)])
+    per_release = np.add.reduceat(p.release_count, p.series_start) / n_rel
+    series_of = np.repeat(np.arange(p.n_series), n_rel)
+    # Point sigma for a release with m runs: the series' per-run sigma over sqrt(m).
+    point_sigma = sigma[series_of] * np.sqrt(per_release[series_of] / p.release_count)
+    p20 = runs.column("value_p20").to_numpy(zero_copy_only=False).astype(np.float64)
+    p80 = runs.column("value_p80").to_numpy(zero_copy_only=False).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        l20 = np.add.reduceat(np.log(p20), p.release_start) / p.release_count
+        l80 = np.add.reduceat(np.log(p80), p.release_start) / p.release_count
+    meta = runs.select(list(POINT_COLUMNS)).take(pa.array(p.release_start))
+    return (
+        meta.append_column("value", pa.array(np.exp(p.log_mean)))
+        .append_column("value_p20", pa.array(np.exp(l20)))
+        .append_column("value_p80", pa.array(np.exp(l80)))
+        .append_column("log_value", pa.array(p.log_mean))
+        .append_column("runs", pa.array(p.release_count))
+        .append_column("sigma", pa.array(point_sigma))
+        .append_column("deterministic", pa.array(_deterministic(p)[series_of]))
+    )

@@ -42,6 +42,9 @@ class KernelInfo:
     default_dtype: str | None
     parameters: dict[str, str] = field(default_factory=dict)
     script: str | None = None
+    # Providers liger is compared against, in order of preference (upstream renamed them).
+    baseline: tuple[str, ...] = ()
+    liger_provider: str = "liger"
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,8 @@ def load_catalog(override_dir: str | Path | None = None) -> Catalog:
                 default_dtype=spec.get("default_dtype"),
                 parameters=dict(spec.get("parameters", {})),
                 script=spec.get("script"),
+                baseline=tuple(spec.get("baseline", ())),
+                liger_provider=spec.get("liger_provider", "liger"),
             )
             for name, spec in kernels["kernels"].items()
         },

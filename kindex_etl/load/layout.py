@@ -7,6 +7,8 @@ execution_environments/part-<batch>.parquet                 one row per environm
 workloads/part-<batch>.parquet, implementations/part-<batch>.parquet   descriptors
 documents/<table>/part-<batch>.jsonl.zst                    the same, as documents
 quarantine/rows/part-<batch>.parquet                        rows and files set aside
+regressions/part-<batch>.parquet                            detected changes (kindex_etl.analysis)
+reports/index.html, reports/<kernel>.html                   the static report (rewritten)
 _kindex/log/<seq>.json                                      commit records (the truth)
 _kindex/snapshot.json                                       every published file, by table
 _kindex/staging/<batch>/...                                 data not yet committed
@@ -21,7 +23,8 @@ ENVIRONMENTS = "execution_environments"
 WORKLOADS = "workloads"
 IMPLEMENTATIONS = "implementations"
 QUARANTINE = "quarantine/rows"
-TABLES = (RUNS, PROTOCOLS, ENVIRONMENTS, WORKLOADS, IMPLEMENTATIONS, QUARANTINE)
+REGRESSIONS = "regressions"
+TABLES = (RUNS, PROTOCOLS, ENVIRONMENTS, WORKLOADS, IMPLEMENTATIONS, QUARANTINE, REGRESSIONS)
 
 # Everything that is not table data lives under CONTROL.
 CONTROL = "_kindex/"

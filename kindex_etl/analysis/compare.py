@@ -1,0 +1,130 @@
+"""The comparisons people ask for, on release points (one per series and release).
+
+Each comparison pairs points that differ in exactly one thing (the release, the provider, the
+GPU) and agree on everything else that defines a series, then summarises the pairs of a group:
+the geometric mean ratio B / A with a 95 % interval. Per pair, d = ln(B) - ln(A) with standard
+error sqrt(sigma_A^2 + sigma_B^2) from the noise model; over n pairs the interval is a t
+interval whose standard error is the larger of the pairs' spread and their own noise
+(sqrt(var(d) / n) or sqrt(mean(se^2) / n)). A group whose interval holds 1, or whose ratio is
+within the minimum effect of 1, is "no difference detectable". Memory is exact: its interval
+is the spread of the pairs' ratios alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from ..catalog import Catalog, default_catalog
+
+SAME_SERIES = ["kernel", "operation_mode", "metric", "workload_digest", "protocol_digest"]
+MACHINE = ["gpu_product", "gpu_form_factor", "software_class"]
+NO_DIFFERENCE = "no difference detectable"
+
+
+def _pairs(points: pd.DataFrame, side: str, a: Any, b: Any, match: Sequence[str]) -> pd.DataFrame:
+    cols = [*match, "log_value", "sigma", "deterministic", "x_value", "workload_slug", "value"]
+    left = points[points[side] == a][cols]
+    right = points[points[side] == b][cols]
+    return left.merge(right, on=list(match), suffixes=("_a", "_b"), how="inner")
+
+
+def _summary(pairs: pd.DataFrame, min_effect: float) -> dict[str, Any]:
+    d = (pairs["log_value_b"] - pairs["log_value_a"]).to_numpy(float)
+    se = np.sqrt(pairs["sigma_a"].to_numpy(float) ** 2 + pairs["sigma_b"].to_numpy(float) ** 2)
+    n = len(d)
+    mean = float(d.mean())
+    noise_se = math.sqrt(float((se**2).mean()) / n)
+    if n >= 2:
+        spread_se = float(d.std(ddof=1)) / math.sqrt(n)
+        err = max(spread_se, noise_se)
+        q = float(stats.t.ppf(0.975, n - 1))
+    else:
+        err, q = noise_se, 1.959963984540054
+    low, high = math.exp(mean - q * err), math.exp(mean + q * err)
+    ratio = math.exp(mean)
+    exact = bool(pairs["deterministic_a"].all() and pairs["deterministic_b"].all())
+    if exact and n == 1:
+        low = high = ratio
+    differs = (low > 1 or high < 1 or (exact and ratio != 1)) and (
+        exact or abs(ratio - 1) >= min_effect
+    )
+    return {
+        "pairs": n,
+        "ratio": ratio,
+        "ratio_low": low,
+        "ratio_high": high,
+        "verdict": ("higher" if ratio > 1 else "lower") if differs else NO_DIFFERENCE,
+    }
+
+
+def _compare(
+    points: pd.DataFrame,
+    side: str,
+    a: Any,
+    b: Any,
+    match: Sequence[str],
+    group: Sequence[str],
+    min_effect: float,
+) -> list[dict[str, Any]]:
+    if points.empty:
+        return []
+    pairs = _pairs(points, side, a, b, match)
+    out = []
+    for key, g in pairs.groupby(list(group), dropna=False, sort=True):
+        row = dict(zip(group, key if isinstance(key, tuple) else (key,), strict=True))
+        row = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+        out.append({**row, side + "_a": a, side + "_b": b, **_summary(g, min_effect)})
+    return out
+
+
+def compare_releases(
+    points: pd.DataFrame, a: str, b: str, *, min_effect: float = 0.05
+) -> list[dict[str, Any]]:
+    """Release b against release a, per kernel, GPU, pass, metric and provider."""
+    match = [*SAME_SERIES, "provider", *MACHINE]
+    group = ["kernel", *MACHINE, "metric", "operation_mode", "provider"]
+    return _compare(points, "liger_version", a, b, match, group, min_effect)
+
+
+def compare_gpus(
+    points: pd.DataFrame, release: str, a: str, b: str, *, min_effect: float = 0.05
+) -> list[dict[str, Any]]:
+    """GPU b against GPU a (gpu_name) for one release, per kernel, pass, metric, provider."""
+    same = points[points["liger_version"] == release]
+    match = [*SAME_SERIES, "provider", "software_class"]
+    group = ["kernel", "metric", "operation_mode", "provider"]
+    return _compare(same, "gpu_name", a, b, match, group, min_effect)
+
+
+def compare_baseline(
+    points: pd.DataFrame, *, catalog: Catalog | None = None, min_effect: float = 0.05
+) -> list[dict[str, Any]]:
+    """Liger against its baseline provider (catalog data), same workload, release and machine.
+
+    `ratio` is liger / baseline (below 1: liger is faster or smaller); `speedup` its inverse.
+    """
+    catalog = catalog or default_catalog()
+    out: list[dict[str, Any]] = []
+    match = [*SAME_SERIES, "liger_version", *MACHINE]
+    group = ["kernel", *MACHINE, "liger_version", "metric", "operation_mode"]
+    for kernel, frame in points.groupby("kernel", sort=True):
+        info = catalog.kernel(str(kernel))
+        if info is None or not info.baseline:
+            continue
+        present = set(frame["provider"])
+        for baseline in info.baseline:
+            if baseline not in present or info.liger_provider not in present:
+                continue
+            for row in _compare(
+                frame, "provider", baseline, info.liger_provider, match, group, min_effect
+            ):
+                row["baseline"] = baseline
+                row["speedup"] = 1 / row["ratio"]
+                out.append(row)
+    return out
