@@ -156,3 +156,10 @@ def run_ingest(
         summary.new_versions,
     )  # fmt: skip
     return summary
+
+
+def regressions_after_ingest(warehouse: str) -> None:
+    """Run the regressions flow as a subflow of an ingest that committed something."""
+    from flows.regressions import regressions_flow
+
+    regressions_flow(warehouse=warehouse)

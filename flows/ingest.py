@@ -6,7 +6,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import plan, run_ingest, warehouse_limit_name
+from flows.common import plan, regressions_after_ingest, run_ingest, warehouse_limit_name
 from kindex_etl.config import settings
 from kindex_etl.ingestion import IngestOptions
 
@@ -20,16 +20,19 @@ def ingest_flow(
     backfill: bool = False,
     trigger: bool = True,
     prefix: str = "",
+    regressions: bool = True,
 ) -> dict[str, Any]:
     """Ingest new upstream CSV objects into the warehouse (scheduled hourly in deploy/).
 
     `upstream` / `warehouse` default to KINDEX_UPSTREAM / KINDEX_WAREHOUSE of the process that
     runs the flow. A backfill (re-read every object) never triggers GPU re-runs here; the
-    `backfill` flow can, when asked.
+    `backfill` flow can, when asked. An ingest that committed runs is followed by the
+    regressions flow (`regressions=False` skips it).
     """
     cfg = settings()
     options = IngestOptions(backfill=backfill, trigger=trigger and not backfill, prefix=prefix)
-    summary = run_ingest(
-        upstream or cfg.upstream, warehouse or cfg.warehouse, options, label="ingest"
-    )
-    return summary.as_dict()
+    url = warehouse or cfg.warehouse
+    summary = run_ingest(upstream or cfg.upstream, url, options, label="ingest").as_dict()
+    if regressions and summary["commits"]:
+        regressions_after_ingest(url)
+    return summary

@@ -316,6 +316,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_rerun_arguments(p)
     p.set_defaults(func=cmd_rerun)
 
+    from kindex_etl.analysis import command as regressions
+
+    p = sub.add_parser("regressions", help="find changes per series; write them and the report")
+    regressions.add_arguments(p)
+    p.set_defaults(func=regressions.run_from_args)
+
     p = sub.add_parser("schema", help="export the JSON Schema of each document kind")
     p.add_argument("--out", default=None)
     p.set_defaults(func=cmd_schema)

@@ -27,7 +27,7 @@ import argparse
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -251,6 +251,7 @@ def measure(
 class Calibration:
     settings: DetectorSettings
     rates: dict[str, float]
+    measured: dict[str, Any] = field(default_factory=dict)
 
     def false_alarm_rate(self, metric: str, mode: str) -> float | None:
         return self.rates.get(f"{metric}/{mode}", self.rates.get(metric, self.rates.get("all")))
@@ -269,7 +270,7 @@ class Calibration:
             measured = [v for k, v in rates.items() if k.startswith(metric + "/")]
             if measured:
                 rates.setdefault(metric, max(measured))
-        return cls(settings, rates)
+        return cls(settings, rates, dict(data["measured"]))
 
 
 @cache

@@ -125,6 +125,8 @@ def run_regressions(
     if report and write and points is not None:
         from ..report import write_report
 
-        result.report = write_report(store, points_frame(points), result.changes, cal)
+        result.report = write_report(
+            store, points_frame(points), result.changes, cal, result.seq
+        )
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result

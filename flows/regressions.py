@@ -1,0 +1,42 @@
+"""The regressions flow: detect changes after a committed ingest, record them, tell people.
+
+Chained from the ingest flow (it runs when that ingest committed something) and deployable on
+its own. The work is `kindex_etl.analysis.run.run_regressions`; this flow adds a markdown
+artifact of the new alerts and one Prefect event (`kindex.regression.alert`) per new alert.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NONE
+
+from kindex_etl.analysis.alerts import event, markdown
+from kindex_etl.analysis.run import Analysis, run_regressions
+from kindex_etl.config import settings
+
+
+@task(name="detect-regressions", retries=2, retry_delay_seconds=[5, 30], cache_policy=NONE)
+def detect(warehouse: str, since: str | None) -> Analysis:
+    # Safe to retry: a change already committed is not committed again.
+    return run_regressions(warehouse, since=since)
+
+
+@flow(name="kindex-regressions", log_prints=False)
+def regressions_flow(warehouse: str | None = None, since: str | None = None) -> dict[str, Any]:
+    from prefect.artifacts import create_markdown_artifact
+    from prefect.events import emit_event
+
+    result = detect(warehouse or settings().warehouse, since)
+    create_markdown_artifact(
+        key="kindex-regressions", markdown=markdown(result),
+        description="kindex-etl regressions: new alerts",
+    )  # fmt: skip
+    for change in result.new_alerts:
+        emit_event(**event(change, result.warehouse))
+    get_run_logger().info(
+        "%d changes, %d alerts, %d new", len(result.changes), len(result.alerts),
+        len(result.new_alerts),
+    )  # fmt: skip
+    return result.as_dict()

@@ -1,0 +1,68 @@
+"""What an analysis tells people: a markdown summary of new alerts and one event per alert."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .run import Analysis
+
+EVENT = "kindex.regression.alert"
+
+
+def markdown(result: Analysis) -> str:
+    lines = [
+        "# kindex-etl regressions",
+        "",
+        f"- warehouse: `{result.warehouse}` at commit {result.seq}",
+        f"- {result.series} series, {result.runs} runs; {len(result.changes)} changes, "
+        f"{len(result.alerts)} alerts ({len(result.new_alerts)} new)",
+        f"- recorded in commit: {result.commit if result.commit is not None else 'none (nothing new)'}",
+    ]
+    if result.report:
+        lines.append(f"- report: `{result.report}`")
+    lines += ["", "## New alerts", ""]
+    if not result.new_alerts:
+        lines.append("none")
+    else:
+        lines += [
+            "| kernel | pass | metric | provider | GPU | workload | releases | ratio [95 %] "
+            "| false-alarm rate |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for c in result.new_alerts:
+            lines.append(
+                f"| {c['kernel']} | {c['operation_mode']} | {c['metric']} | {c['provider']} "
+                f"| {c['gpu_name']} ({c['software_class']}) | {c['workload_slug']} "
+                f"| {c['before_release']} → {c['after_release']} "
+                f"| {c['ratio']:.4g} [{c['ratio_low']:.4g}, {c['ratio_high']:.4g}] "
+                f"| {c['false_alarm_rate']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def event(change: dict[str, Any], warehouse: str) -> dict[str, Any]:
+    """Keyword arguments for `prefect.events.emit_event` for one new alert."""
+    return {
+        "event": EVENT,
+        "resource": {
+            "prefect.resource.id": f"kindex.series.{change['series_key']}",
+            "prefect.resource.name": (
+                f"{change['kernel']}/{change['operation_mode']}/{change['provider']}/"
+                f"{change['metric']}/{change['gpu_name']}/{change['workload_slug']}"
+            ),
+        },
+        "related": [
+            {"prefect.resource.id": f"kindex.warehouse.{warehouse}",
+             "prefect.resource.role": "warehouse"},
+            {"prefect.resource.id": f"kindex.release.{change['after_release']}",
+             "prefect.resource.role": "release"},
+        ],  # fmt: skip
+        "payload": {
+            k: change[k]
+            for k in (
+                "change_id", "kernel", "operation_mode", "metric", "provider", "gpu_name",
+                "software_class", "workload_slug", "before_release", "after_release", "ratio",
+                "ratio_low", "ratio_high", "p_value", "false_alarm_rate", "series_class",
+            )
+        },  # fmt: skip
+    }

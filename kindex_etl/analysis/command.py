@@ -1,0 +1,51 @@
+"""`kindex-etl regressions`: detect changes in a warehouse, record them, rewrite the report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--warehouse", required=True, help="directory or s3://bucket[/prefix]")
+    p.add_argument("--since", default=None, metavar="VERSION",
+                   help="only changes first seen at this release or later (PEP 440)")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true",
+                   help="detect and print only: no regressions commit, no report")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+
+
+def human(result: dict[str, object]) -> str:
+    changes = result["changes"]
+    assert isinstance(changes, list)
+    lines = []
+    for c in changes:
+        lines.append(
+            f"{c['state']:<11} {c['kernel']}/{c['operation_mode']}/{c['provider']} {c['metric']} "
+            f"{c['gpu_name']} [{c['software_class']}] {c['workload_slug']}: "
+            f"{c['before_release']} -> {c['after_release']} x{c['ratio']:.4g} "
+            f"[{c['ratio_low']:.4g}, {c['ratio_high']:.4g}] "
+            f"(false-alarm rate of {c['series_class']}: {c['false_alarm_rate']})"
+        )
+    lines.append(
+        f"{result['series']} series, {result['runs']} runs at commit {result['seq']}: "
+        f"{len(changes)} changes, {result['alerts']} alerts ({result['new_alerts']} new)"
+    )
+    if result.get("report"):
+        lines.append(f"report: {result['report']}")
+    return "\n".join(lines)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    from ..storage import StorageError
+    from .run import run_regressions
+
+    try:
+        result = run_regressions(args.warehouse, since=args.since, write=not args.dry_run)
+    except (StorageError, ValueError, OSError) as exc:
+        print(f"kindex-etl: error: {exc}", file=sys.stderr)
+        return 2
+    data = result.as_dict()
+    print(json.dumps(data, sort_keys=True, default=str) if args.json else human(data))
+    return 0
