@@ -42,6 +42,9 @@ tr.pending td{background:#fff7e0}.charts{display:flex;flex-wrap:wrap;gap:6px}
 """
 
 SCRIPT = """
+window.addEventListener("error", function (e) {
+  document.body.dataset.errors = String(Number(document.body.dataset.errors || 0) + 1);
+});
 document.addEventListener("DOMContentLoaded", function () {
   var charts = document.querySelectorAll("svg.chart");
   var alerts = document.querySelectorAll("svg.chart circle.alert");
@@ -197,7 +200,7 @@ def _speedup_charts(rows: list[dict[str, Any]]) -> str:
                     color=PALETTE[i % len(PALETTE)],
                 )
             )
-        title = f"{mode} {metric} · {gpu} · {software}"
+        title = f"{mode} · {gpu}" + ("" if software == "upstream" else f" · {software}")
         label = "× faster" if metric == "speed" else "× smaller"
         out.append(chart(title, releases, lines, unit=label, baseline=1.0))
     return f'<div class="charts">{"".join(out)}</div>'

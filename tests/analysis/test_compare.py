@@ -1,0 +1,95 @@
+"""Release against release, liger against its baseline, GPU against GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from kindex_etl.analysis.calibration import default_calibration
+from kindex_etl.analysis.compare import (
+    NO_DIFFERENCE,
+    compare_baseline,
+    compare_gpus,
+    compare_releases,
+)
+from kindex_etl.analysis.run import detect_changes, points_frame
+from kindex_etl.catalog import default_catalog
+from kindex_etl.storage import open_store
+from tests.analysis.helpers import build_warehouse, series_rows
+
+RELEASES = ("0.7.0", "0.8.0")
+XS = (1024, 2048, 4096, 8192)
+
+
+def _frame(wh: str):  # type: ignore[no-untyped-def]
+    points: list[pa.Table] = []
+    detect_changes(open_store(wh), points=points)
+    return points_frame(points)
+
+
+def _groups(factor_b: float, provider: str = "liger", gpu: str = "NVIDIA H100 80GB HBM3",
+            kernel: str = "megatron_rms_norm", day: int = 1, base: float = 0.2):  # fmt: skip
+    rng = np.random.default_rng(day)
+    return [
+        series_rows(
+            [base * x / 1024 * float(np.exp(rng.normal(0, 0.005))),
+             base * x / 1024 * factor_b * float(np.exp(rng.normal(0, 0.005)))],
+            releases=RELEASES, x=str(x), provider=provider, gpu=gpu, kernel=kernel,
+            day=day + i,
+        )  # fmt: skip
+        for i, x in enumerate(XS)
+    ]
+
+
+def test_release_b_against_a_is_a_ratio_with_an_interval(tmp_path: Path) -> None:
+    wh = build_warehouse(tmp_path, _groups(1.25))
+    (row,) = compare_releases(_frame(wh), "0.7.0", "0.8.0")
+    assert row["pairs"] == len(XS)
+    assert row["ratio_low"] < 1.25 < row["ratio_high"]
+    assert row["ratio"] == pytest.approx(1.25, rel=0.02)
+    assert row["verdict"] == "higher"
+    assert (row["kernel"], row["gpu_product"], row["gpu_form_factor"]) == (
+        "megatron_rms_norm", "NVIDIA H100", "80GB HBM3"
+    )  # fmt: skip
+
+
+def test_same_release_twice_is_no_difference_detectable(tmp_path: Path) -> None:
+    wh = build_warehouse(tmp_path, _groups(1.0))
+    (row,) = compare_releases(_frame(wh), "0.7.0", "0.8.0")
+    assert row["verdict"] == NO_DIFFERENCE
+    assert row["ratio_low"] <= 1 <= row["ratio_high"] or abs(row["ratio"] - 1) < 0.05
+
+
+def test_liger_against_the_catalog_baseline(tmp_path: Path) -> None:
+    assert default_catalog().kernel("megatron_rms_norm").baseline == ("torch",)
+    assert default_catalog().kernel("rms_norm").baseline == ("huggingface",)
+    groups = _groups(1.0, provider="liger", base=0.1) + _groups(1.0, provider="torch", day=20)
+    wh = build_warehouse(tmp_path, groups)
+    rows = compare_baseline(_frame(wh))
+    assert {(r["liger_version"], r["baseline"]) for r in rows} == {
+        ("0.7.0", "torch"), ("0.8.0", "torch")
+    }  # fmt: skip
+    for r in rows:
+        assert r["speedup"] == pytest.approx(2.0, rel=0.03)
+        assert r["verdict"] == "lower"  # liger / torch below 1
+
+
+def test_gpu_against_gpu_for_one_release(tmp_path: Path) -> None:
+    groups = _groups(1.0) + _groups(1.0, gpu="NVIDIA A100-SXM4-80GB", day=30, base=0.3)
+    wh = build_warehouse(tmp_path, groups)
+    frame = _frame(wh)
+    (row,) = compare_gpus(frame, "0.8.0", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB")
+    assert row["ratio"] == pytest.approx(1.5, rel=0.03)
+    assert row["verdict"] == "higher"
+    assert compare_gpus(frame, "0.9.9", "NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB") == []
+
+
+def test_noise_widens_the_interval(tmp_path: Path) -> None:
+    wh = build_warehouse(tmp_path, [series_rows([0.1, 0.104], releases=RELEASES, spread=0.2)])
+    (row,) = compare_releases(_frame(wh), "0.7.0", "0.8.0")
+    assert row["verdict"] == NO_DIFFERENCE
+    assert row["ratio_high"] / row["ratio_low"] > 1.2
+    assert default_calibration().settings.noise.run_to_run > 0

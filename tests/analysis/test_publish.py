@@ -1,0 +1,107 @@
+"""The regressions table and change documents, through the commit protocol; the CLI; S3."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import pyarrow.dataset as ds
+import pytest
+
+from kindex_etl.analysis.run import run_regressions
+from kindex_etl.analysis.schema import REGRESSIONS_SCHEMA
+from kindex_etl.cli import main
+from kindex_etl.pipeline import IngestOptions, ingest
+from tests.analysis.helpers import RELEASES, build_warehouse, series_rows
+from tests.helpers import read_jsonl_zst, write_csv
+
+STEP = [0.1, 0.1, 0.1, 0.1, 0.13, 0.13, 0.13, 0.13]
+
+
+def _snapshot(wh: str) -> dict:  # type: ignore[type-arg]
+    return json.loads((Path(wh) / "_kindex/snapshot.json").read_text())
+
+
+def test_changes_are_committed_once_and_read_back_like_other_tables(tmp_path: Path) -> None:
+    wh = build_warehouse(tmp_path, [series_rows(STEP)])
+    first = run_regressions(wh, report=False)
+    assert first.commit == 2 and [c["state"] for c in first.new] == ["alert"]
+    snap = _snapshot(wh)
+    assert snap["seq"] == 2
+    (key,) = snap["tables"]["regressions"]
+    files = [f"{wh}/{k}" for k in snap["tables"]["regressions"]]
+    row = duckdb.sql(
+        "SELECT kernel, before_release, after_release, state, ratio, false_alarm_rate, "
+        "warehouse_seq FROM read_parquet(?)", params=[files]
+    ).fetchall()  # fmt: skip
+    assert row[0][:4] == ("megatron_rms_norm", RELEASES[3], RELEASES[4], "alert")
+    assert row[0][4] == pytest.approx(1.3, rel=1e-6) and row[0][6] == 1
+    table = ds.dataset(f"{wh}/regressions", format="parquet").to_table()
+    assert table.schema.equals(REGRESSIONS_SCHEMA)
+    (doc,) = read_jsonl_zst(Path(wh) / snap["tables"]["documents/regressions"][0])
+    assert doc["apiVersion"] == "kernelindex.dev/v1alpha1" and doc["kind"] == "PerformanceChange"
+    assert doc["spec"]["afterRelease"] == RELEASES[4] and doc["spec"]["state"] == "alert"
+    record = json.loads((Path(wh) / "_kindex/log/000000000002.json").read_text())
+    assert record["kind"] == "regressions" and record["files"][0]["key"] == key
+
+    again = run_regressions(wh, report=False)
+    assert again.commit is None and again.new == [] and len(again.changes) == 1
+    assert _snapshot(wh)["seq"] == 2
+    # An ingest after a regressions commit still works (the log holds both kinds of record).
+    extra = tmp_path / "extra"
+    write_csv(extra / "x.csv", series_rows([0.1], releases=("1.0.0",), x="999", day=28))
+    summary = ingest(str(extra), wh, IngestOptions(trigger=False))
+    assert summary.runs_written == 1
+
+
+def test_pending_becomes_an_alert_when_the_next_release_confirms_it(tmp_path: Path) -> None:
+    releases = RELEASES[:5]
+    wh = build_warehouse(tmp_path, [series_rows([0.1] * 4 + [0.15], releases=releases)])
+    first = run_regressions(wh, report=False)
+    assert [c["state"] for c in first.new] == ["pending"]
+    more = tmp_path / "more"
+    write_csv(more / "b.csv", series_rows([0.15], releases=(RELEASES[5],), day=20))
+    ingest(str(more), wh, IngestOptions(trigger=False))
+    second = run_regressions(wh, report=False)
+    assert [(c["state"], c["change_id"]) for c in second.new] == [
+        ("alert", first.new[0]["change_id"])
+    ]
+    states = duckdb.sql(
+        f"SELECT state, warehouse_seq FROM read_parquet('{wh}/regressions/*.parquet') "
+        "ORDER BY warehouse_seq"
+    ).fetchall()
+    assert [s for s, _ in states] == ["pending", "alert"]
+
+
+def test_cli_regressions_json_since_and_dry_run(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    wh = build_warehouse(tmp_path, [series_rows(STEP), series_rows(
+        [0.1] * 6 + [0.2] * 2, x="4096", day=2)])  # fmt: skip
+    assert main(["regressions", "--warehouse", wh, "--json", "--dry-run"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["alerts"] == 2 and out["commit"] is None and out["report"] is None
+    assert not (Path(wh) / "regressions").exists()
+    assert main(["regressions", "--warehouse", wh, "--json", "--since", RELEASES[5]]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [c["after_release"] for c in out["changes"]] == [RELEASES[6]]
+    assert out["commit"] == 2 and out["report"].endswith("reports/index.html")
+    assert main(["regressions", "--warehouse", wh]) == 0
+    text = capsys.readouterr().out
+    assert "2 changes, 2 alerts (1 new)" in text and "false-alarm rate of speed/full" in text
+
+
+def test_regressions_on_s3(tmp_path: Path, make_bucket: Callable[[], str], s3_client) -> None:  # type: ignore[no-untyped-def]
+    bucket = make_bucket()
+    up = tmp_path / "up"
+    write_csv(up / "a.csv", series_rows(STEP))
+    url = f"s3://{bucket}/wh"
+    ingest(str(up), url, IngestOptions(trigger=False))
+    result = run_regressions(url)
+    assert result.commit == 2 and len(result.new_alerts) == 1
+    assert result.report == f"{url}/reports/index.html"
+    snap = json.loads(s3_client.get_object(Bucket=bucket, Key="wh/_kindex/snapshot.json")["Body"]
+                      .read())  # fmt: skip
+    assert len(snap["tables"]["regressions"]) == 1
+    page = s3_client.get_object(Bucket=bucket, Key="wh/reports/megatron_rms_norm.html")
+    assert b"<svg" in page["Body"].read()

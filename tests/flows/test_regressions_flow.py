@@ -1,0 +1,69 @@
+"""The regressions flow on Prefect's real engine: artifact, one event per new alert, chaining."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.analysis.helpers import RELEASES, build_warehouse, series_rows
+from tests.flows.conftest import flow_run_artifacts
+from tests.helpers import write_csv
+
+pytestmark = pytest.mark.usefixtures("prefect_harness")
+
+STEP = [0.1, 0.1, 0.1, 0.1, 0.13, 0.13, 0.13, 0.13]
+
+
+@pytest.fixture
+def events(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    import prefect.events
+
+    seen: list[dict[str, Any]] = []
+    real = prefect.events.emit_event
+
+    def record(**kwargs: Any) -> Any:
+        # The engine emits its own task-run events through the same function.
+        if kwargs.get("event", "").startswith("kindex."):
+            seen.append(kwargs)
+        return real(**kwargs)
+
+    monkeypatch.setattr(prefect.events, "emit_event", record)
+    return seen
+
+
+def test_new_alerts_become_an_artifact_and_events(tmp_path: Path, events: list) -> None:  # type: ignore[type-arg]
+    from flows.regressions import regressions_flow
+
+    wh = build_warehouse(tmp_path, [series_rows(STEP), series_rows(STEP, x="4096", day=2)])
+    state = regressions_flow(warehouse=wh, return_state=True)
+    result = state.result()
+    assert result["new_alerts"] == 2 and result["commit"] == 2
+    text = str(flow_run_artifacts(state)["kindex-regressions"].data)
+    assert "## New alerts" in text and f"{RELEASES[3]} → {RELEASES[4]}" in text
+    assert text.count("| megatron_rms_norm |") == 2
+    assert [e["event"] for e in events] == ["kindex.regression.alert"] * 2
+    assert {e["payload"]["after_release"] for e in events} == {RELEASES[4]}
+    assert all(e["resource"]["prefect.resource.id"].startswith("kindex.series.sha256:")
+               for e in events)  # fmt: skip
+
+    events.clear()
+    state = regressions_flow(warehouse=wh, return_state=True)
+    assert state.result()["new_alerts"] == 0 and events == []
+    assert "none" in str(flow_run_artifacts(state)["kindex-regressions"].data)
+
+
+def test_ingest_flow_runs_regressions_after_a_commit(tmp_path: Path, events: list) -> None:  # type: ignore[type-arg]
+    from flows.ingest import ingest_flow
+
+    up = tmp_path / "up"
+    write_csv(up / "benchmarks/a/benchmark.csv", series_rows(STEP))
+    wh = tmp_path / "wh"
+    summary = ingest_flow(upstream=str(up), warehouse=str(wh), trigger=False)
+    assert summary["commits"] == [1]
+    snap = json.loads((wh / "_kindex/snapshot.json").read_text())
+    assert snap["seq"] == 2 and len(snap["tables"]["regressions"]) == 1
+    assert (wh / "reports/index.html").is_file()
+    assert len(events) == 1
