@@ -30,13 +30,16 @@ def regressions_flow(warehouse: str | None = None, since: str | None = None) -> 
 
     result = detect(warehouse or settings().warehouse, since)
     create_markdown_artifact(
-        key="kindex-regressions", markdown=markdown(result),
+        key="kindex-regressions",
+        markdown=markdown(result),
         description="kindex-etl regressions: new alerts",
-    )  # fmt: skip
+    )
     for change in result.new_alerts:
         emit_event(**event(change, result.warehouse))
     get_run_logger().info(
-        "%d changes, %d alerts, %d new", len(result.changes), len(result.alerts),
+        "%d changes, %d alerts, %d new",
+        len(result.changes),
+        len(result.alerts),
         len(result.new_alerts),
-    )  # fmt: skip
+    )
     return result.as_dict()

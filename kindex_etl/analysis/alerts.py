@@ -16,7 +16,7 @@ def markdown(result: Analysis) -> str:
         f"- warehouse: `{result.warehouse}` at commit {result.seq}",
         f"- {result.series} series, {result.runs} runs; {len(result.changes)} changes, "
         f"{len(result.alerts)} alerts ({len(result.new_alerts)} new)",
-        f"- recorded in commit: {result.commit if result.commit is not None else 'none (nothing new)'}",
+        f"- recorded in commit: {'none (nothing new)' if result.commit is None else result.commit}",
     ]
     if result.report:
         lines.append(f"- report: `{result.report}`")
@@ -52,17 +52,34 @@ def event(change: dict[str, Any], warehouse: str) -> dict[str, Any]:
             ),
         },
         "related": [
-            {"prefect.resource.id": f"kindex.warehouse.{warehouse}",
-             "prefect.resource.role": "warehouse"},
-            {"prefect.resource.id": f"kindex.release.{change['after_release']}",
-             "prefect.resource.role": "release"},
-        ],  # fmt: skip
+            {
+                "prefect.resource.id": f"kindex.warehouse.{warehouse}",
+                "prefect.resource.role": "warehouse",
+            },
+            {
+                "prefect.resource.id": f"kindex.release.{change['after_release']}",
+                "prefect.resource.role": "release",
+            },
+        ],
         "payload": {
             k: change[k]
             for k in (
-                "change_id", "kernel", "operation_mode", "metric", "provider", "gpu_name",
-                "software_class", "workload_slug", "before_release", "after_release", "ratio",
-                "ratio_low", "ratio_high", "p_value", "false_alarm_rate", "series_class",
+                "change_id",
+                "kernel",
+                "operation_mode",
+                "metric",
+                "provider",
+                "gpu_name",
+                "software_class",
+                "workload_slug",
+                "before_release",
+                "after_release",
+                "ratio",
+                "ratio_low",
+                "ratio_high",
+                "p_value",
+                "false_alarm_rate",
+                "series_class",
             )
-        },  # fmt: skip
+        },
     }

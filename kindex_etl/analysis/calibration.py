@@ -64,8 +64,11 @@ def read_points(paths: Iterable[Path]) -> pd.DataFrame:
         frames.append(df)
     df = pd.concat(frames, ignore_index=True)
     scale = df["metric_name"].map(SCALE).astype(float)
-    for src, dst in (("y_value_50", "value_median"), ("y_value_20", "value_p20"),
-                     ("y_value_80", "value_p80")):  # fmt: skip
+    for src, dst in (
+        ("y_value_50", "value_median"),
+        ("y_value_20", "value_p20"),
+        ("y_value_80", "value_p80"),
+    ):
         df[dst] = (pd.to_numeric(df[src], errors="coerce") * scale).round()
     ok = df[["value_median", "value_p20", "value_p80"]].notna().all(axis=1)
     ok &= (df["value_median"] > 0) & df["metric_name"].isin(list(SCALE))
@@ -79,9 +82,11 @@ def aa_pairs(points: pd.DataFrame) -> pd.DataFrame:
     df = points.sort_values([*IDENTITY, "timestamp"])
     prev = df.groupby(IDENTITY, sort=False).shift(1)
     pairs = df.assign(
-        a_median=prev["value_median"], a_p20=prev["value_p20"], a_p80=prev["value_p80"],
+        a_median=prev["value_median"],
+        a_p20=prev["value_p20"],
+        a_p80=prev["value_p80"],
         a_timestamp=prev["timestamp"],
-    )  # fmt: skip
+    )
     pairs = pairs[pairs["a_median"].notna() & (pairs["a_timestamp"] != pairs["timestamp"])]
     return pairs.reset_index(drop=True)
 
@@ -142,7 +147,9 @@ def synthetic(
     after = np.arange(releases)[None, :] >= at[:, None]
     factor = np.where(after & (step[:, None] > 0), 1.0 + step[:, None], 1.0)
     values = base[:, None] * np.exp(eps) * factor
-    mem_step = np.where(after & (step[:, None] > 0), np.maximum(1.0, np.round(base * step))[:, None], 0)
+    mem_step = np.where(
+        after & (step[:, None] > 0), np.maximum(1.0, np.round(base * step))[:, None], 0
+    )
     values = np.where(memory[:, None], base[:, None] + mem_step, values)
     med = np.maximum(np.round(values), 1).astype(np.int64)
     lo = np.exp(-0.8416212335729143 * w)[:, None]
@@ -168,8 +175,16 @@ def synthetic(
             "provider": np.repeat(provider, r),
         }
     )
-    for col in ("workload_digest", "workload_slug", "x_value", "protocol_digest",
-                "gpu_product", "gpu_form_factor", "gpu_name", "software_class"):  # fmt: skip
+    for col in (
+        "workload_digest",
+        "workload_slug",
+        "x_value",
+        "protocol_digest",
+        "gpu_product",
+        "gpu_form_factor",
+        "gpu_name",
+        "software_class",
+    ):
         table = table.append_column(col, pa.nulls(table.num_rows, pa.string()))
     return Synthetic(table, truth)
 
@@ -214,9 +229,14 @@ def measure(
     """False-alarm rate (A/A), detection rate per step, precision per step, by class."""
     rng = np.random.default_rng(seed)
     syn = synthetic(
-        points, releases=releases, steps=(0.0, *STEPS), model=settings.noise, pool=pool,
-        rng=rng, copies=copies,
-    )  # fmt: skip
+        points,
+        releases=releases,
+        steps=(0.0, *STEPS),
+        model=settings.noise,
+        pool=pool,
+        rng=rng,
+        copies=copies,
+    )
     rows = detect(syn.runs, settings)
     classes = pd.Series(
         np.tile(
@@ -225,12 +245,16 @@ def measure(
         )
     )
     s = score(rows, syn.truth, classes)
-    out: dict[str, Any] = {"false_alarm_rate": {}, "detection_rate": {}, "precision": {},
-                           "series": {}}  # fmt: skip
+    out: dict[str, Any] = {
+        "false_alarm_rate": {},
+        "detection_rate": {},
+        "precision": {},
+        "series": {},
+    }
     groups = [("all", s), *((c, g) for c, g in s.groupby("class"))]
     for cls, g in groups:
         aa = g[g["step"] == 0]
-        out["series"][cls] = int(len(aa))
+        out["series"][cls] = len(aa)
         out["false_alarm_rate"][cls] = round(float((aa["false_alerts"] > 0).mean()), 4)
         out["detection_rate"][cls] = {}
         out["precision"][cls] = {}
@@ -261,9 +285,11 @@ class Calibration:
         det = data["detector"]
         noise = NoiseModel(**data["noise"])
         settings = DetectorSettings(
-            z_threshold=det["z_threshold"], min_effect=det["min_effect"],
-            persistence=det["persistence"], noise=noise,
-        )  # fmt: skip
+            z_threshold=det["z_threshold"],
+            min_effect=det["min_effect"],
+            persistence=det["persistence"],
+            noise=noise,
+        )
         rates = dict(data["measured"]["false_alarm_rate"])
         for metric in SCALE:
             # A class never measured (a pass new to upstream) takes its metric's rate.
@@ -302,18 +328,20 @@ def calibrate(
     return {
         "noise": {"run_to_run": model.run_to_run, "floor": model.floor},
         "detector": {
-            "z_threshold": z_threshold, "min_effect": min_effect, "persistence": persistence,
+            "z_threshold": z_threshold,
+            "min_effect": min_effect,
+            "persistence": persistence,
             "method": settings.method,
-        },  # fmt: skip
+        },
         "aa_pairs": {
-            "speed": int(len(speed)),
-            "memory": int(len(memory)),
+            "speed": len(speed),
+            "memory": len(memory),
             "memory_identical": int((memory["a_median"] == memory["value_median"]).sum()),
-            "in_sample": int(len(in_sample)),
+            "in_sample": len(in_sample),
             "speed_moved_over_10pct": round(float((np.abs(np.expm1(lb - la)) > 0.10).mean()), 4),
             "sources": [str(p) for p in pairs],
         },
-        "sample": {"path": str(sample), "points": int(len(sample_points))},
+        "sample": {"path": str(sample), "points": len(sample_points)},
         "measured": measured,
     }
 
@@ -329,9 +357,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     result = calibrate(
-        args.sample, args.pairs, z_threshold=args.z_threshold, min_effect=args.min_effect,
-        persistence=args.persistence, copies=args.copies,
-    )  # fmt: skip
+        args.sample,
+        args.pairs,
+        z_threshold=args.z_threshold,
+        min_effect=args.min_effect,
+        persistence=args.persistence,
+        copies=args.copies,
+    )
     text = json.dumps(result, indent=1, sort_keys=True) + "\n"
     if args.out:
         args.out.write_text(text)

@@ -9,10 +9,17 @@ import sys
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warehouse", required=True, help="directory or s3://bucket[/prefix]")
-    p.add_argument("--since", default=None, metavar="VERSION",
-                   help="only changes first seen at this release or later (PEP 440)")  # fmt: skip
-    p.add_argument("--dry-run", action="store_true",
-                   help="detect and print only: no regressions commit, no report")  # fmt: skip
+    p.add_argument(
+        "--since",
+        default=None,
+        metavar="VERSION",
+        help="only changes first seen at this release or later (PEP 440)",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="detect and print only: no regressions commit, no report",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 

@@ -24,6 +24,7 @@ included, with no persistence and no minimum effect.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from .noise import FloatArray, NoiseModel, pooled_sigma, within_sigma
+from .noise import FloatArray, NoiseModel, within_sigma
 
 IntArray = npt.NDArray[np.int64]
 Z95 = 1.959963984540054
@@ -50,7 +51,8 @@ class DetectorSettings:
     @property
     def method(self) -> str:
         return (
-            f"ruptures.KernelCPD(linear, pen=z^2) z={self.z_threshold} min_effect={self.min_effect} "
+            f"ruptures.KernelCPD(linear, pen=z^2) z={self.z_threshold} "
+            f"min_effect={self.min_effect} "
             f"persistence={self.persistence} noise=k{self.noise.run_to_run}/f{self.noise.floor}"
         )
 
@@ -183,30 +185,34 @@ def _segments(y: FloatArray, sigma: float, settings: DetectorSettings) -> list[S
     algo = rpt.KernelCPD(kernel="linear", min_size=1, jump=1)
     ends = algo.fit((y / sigma).reshape(-1, 1)).predict(pen=settings.z_threshold**2)
     bounds = [0, *(int(e) for e in ends)]
-    return [Segment(list(range(a, b))) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    return [Segment(list(range(a, b))) for a, b in itertools.pairwise(bounds)]
+
+
+# Series are a handful of points: plain Python beats numpy's per-call overhead here.
+def _mean(y: list[float], idx: list[int]) -> float:
+    return sum(y[i] for i in idx) / len(idx)
 
 
 def _test(
-    y: FloatArray, a: Segment, b: Segment, sigma: float, resid: float
+    y: list[float], a: Segment, b: Segment, sigma: float, resid: float
 ) -> tuple[float, float, float]:
     """(log ratio, standard error, z) of segment b against segment a."""
-    ya, yb = y[a.releases], y[b.releases]
-    delta = float(yb.mean() - ya.mean())
-    se = max(sigma, resid) * math.sqrt(1 / len(ya) + 1 / len(yb))
+    delta = _mean(y, b.releases) - _mean(y, a.releases)
+    se = max(sigma, resid) * math.sqrt(1 / len(a.releases) + 1 / len(b.releases))
     return delta, se, (delta / se if se > 0 else math.inf)
 
 
-def _residual(y: FloatArray, segments: list[Segment]) -> float:
+def _residual(y: list[float], segments: list[Segment]) -> float:
     ss, dof = 0.0, 0
     for s in segments:
-        v = y[s.releases]
-        ss += float(((v - v.mean()) ** 2).sum())
-        dof += len(v) - 1
+        m = _mean(y, s.releases)
+        ss += sum((y[i] - m) ** 2 for i in s.releases)
+        dof += len(s.releases) - 1
     return math.sqrt(ss / dof) if dof >= 2 else 0.0
 
 
 def _settle(
-    y: FloatArray, segments: list[Segment], sigma: float, settings: DetectorSettings
+    y: list[float], segments: list[Segment], sigma: float, settings: DetectorSettings
 ) -> list[Segment]:
     """Drop interior transients, then merge neighbours whose difference is not a change."""
     while True:
@@ -253,8 +259,9 @@ def _changes_of(
                 state = "alert" if v[i] > v[i - 1] else "improvement"
                 yield Change(s, [i - 1], [i], math.log(ratio), 0.0, math.inf, 0.0, True, state)
         return
-    y = p.log_mean[r0:r1]
-    segments = _settle(y, _segments(y, sigma, settings), sigma, settings)
+    y_arr = p.log_mean[r0:r1]
+    y = y_arr.tolist()
+    segments = _settle(y, _segments(y_arr, sigma, settings), sigma, settings)
     resid = _residual(y, segments)
     for i in range(len(segments) - 1):
         a, b = segments[i], segments[i + 1]
@@ -281,11 +288,37 @@ def detect(
     sigma = _series_sigma(p, settings)
     candidates = np.flatnonzero(_screen(p, sigma, settings))
     deterministic = _deterministic(p)
-    rows: list[dict[str, Any]] = []
-    for s in candidates:
-        for change in _changes_of(p, int(s), float(sigma[s]), bool(deterministic[s]), settings):
-            rows.append(_row(p, change, settings, false_alarm_rate))
-    return rows
+    changes = [
+        change
+        for s in candidates
+        for change in _changes_of(p, int(s), float(sigma[s]), bool(deterministic[s]), settings)
+    ]
+    if not changes:
+        return []
+    first_runs = pa.array([int(p.release_start[p.series_start[c.series]]) for c in changes])
+    metas = p.table.select(list(_META)).take(first_runs).to_pylist()
+    cols = _Columns(
+        p.table.column("external_id").to_pylist(),
+        p.table.column("liger_version").to_pylist(),
+        p.log_mean.tolist(),
+        p.release_count.tolist(),
+        p.release_start.tolist(),
+        p.vmax.tolist(),
+    )
+    return [
+        _row(p, c, meta, cols, settings, false_alarm_rate)
+        for c, meta in zip(changes, metas, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class _Columns:
+    external_id: list[str]
+    liger_version: list[str]
+    log_mean: list[float]
+    release_count: list[int]
+    release_start: list[int]
+    vmax: list[int]
 
 
 _META = (
@@ -306,32 +339,33 @@ _META = (
 
 
 def _row(
-    p: Points, c: Change, settings: DetectorSettings, far: FalseAlarmRate | None
+    p: Points,
+    c: Change,
+    meta: dict[str, Any],
+    cols: _Columns,
+    settings: DetectorSettings,
+    far: FalseAlarmRate | None,
 ) -> dict[str, Any]:
     r0, _ = p.releases(c.series)
-    first_run = int(p.release_start[r0])
-    meta = {k: p.table.column(k)[first_run].as_py() for k in _META}
 
     def runs_of(release: int) -> list[str]:
-        start = int(p.release_start[r0 + release])
-        count = int(p.release_count[r0 + release])
-        return [str(x) for x in p.table.column("external_id")[start : start + count].to_pylist()]
+        start = cols.release_start[r0 + release]
+        return cols.external_id[start : start + cols.release_count[r0 + release]]
 
     def version(release: int) -> str:
-        return str(p.table.column("liger_version")[int(p.release_start[r0 + release])].as_py())
+        return cols.liger_version[cols.release_start[r0 + release]]
 
     before_rel, after_rel = c.before[-1], c.after[0]
-    ya = p.log_mean[[r0 + i for i in c.before]]
-    yb = p.log_mean[[r0 + i for i in c.after]]
     if c.deterministic:
-        before_value = float(p.vmax[r0 + before_rel])
-        after_value = float(p.vmax[r0 + after_rel])
+        before_value = float(cols.vmax[r0 + before_rel])
+        after_value = float(cols.vmax[r0 + after_rel])
         ratio: float | None = after_value / before_value if before_value else None
         low = high = ratio
         p_value: float | None = 0.0
         score: float | None = None
     else:
-        before_value, after_value = float(math.exp(ya.mean())), float(math.exp(yb.mean()))
+        before_value = math.exp(_mean(cols.log_mean, [r0 + i for i in c.before]))
+        after_value = math.exp(_mean(cols.log_mean, [r0 + i for i in c.after]))
         ratio = math.exp(c.log_ratio)
         low, high = math.exp(c.log_ratio - Z95 * c.se), math.exp(c.log_ratio + Z95 * c.se)
         p_value = math.erfc(abs(c.z) / math.sqrt(2))
@@ -343,9 +377,10 @@ def _row(
         else ("slower" if larger else "faster")
     )
     after_version = version(after_rel)
-    change_id = "sha256:" + hashlib.sha256(
-        f"{meta['series_key']}|{after_version}|{direction}".encode()
-    ).hexdigest()
+    change_id = (
+        "sha256:"
+        + hashlib.sha256(f"{meta['series_key']}|{after_version}|{direction}".encode()).hexdigest()
+    )
     series_class = f"{meta['metric']}/{meta['operation_mode']}"
     return {
         "change_id": change_id,
@@ -355,8 +390,8 @@ def _row(
         "after_release": after_version,
         "before_releases": len(c.before),
         "after_releases": len(c.after),
-        "before_runs": int(sum(p.release_count[r0 + i] for i in c.before)),
-        "after_runs": int(sum(p.release_count[r0 + i] for i in c.after)),
+        "before_runs": sum(cols.release_count[r0 + i] for i in c.before),
+        "after_runs": sum(cols.release_count[r0 + i] for i in c.after),
         "before_run_ids": runs_of(before_rel),
         "after_run_ids": runs_of(after_rel),
         "before_value": before_value,

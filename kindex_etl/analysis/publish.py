@@ -36,9 +36,10 @@ def known_states(warehouse: Warehouse) -> dict[str, str]:
                 continue
             table = warehouse.read_file(record["batch"], f["key"], ["change_id", "state"])
             for cid, state in zip(
-                table.column("change_id").to_pylist(), table.column("state").to_pylist(),
+                table.column("change_id").to_pylist(),
+                table.column("state").to_pylist(),
                 strict=True,
-            ):  # fmt: skip
+            ):
                 if cid not in latest or record["seq"] >= latest[cid][0]:
                     latest[cid] = (record["seq"], state)
     return {k: v[1] for k, v in latest.items()}
@@ -64,9 +65,10 @@ def commit_changes(
         if not new:
             return None, []
         digest = hashlib.sha256(
-            json.dumps([warehouse.head, analysed_seq, sorted(r["change_id"] + r["state"]
-                                                             for r in new)]).encode()
-        ).hexdigest()[:16]  # fmt: skip
+            json.dumps(
+                [warehouse.head, analysed_seq, sorted(r["change_id"] + r["state"] for r in new)]
+            ).encode()
+        ).hexdigest()[:16]
         batch = f"r{digest}"
         files = _stage(warehouse, batch, new)
         record = {

@@ -111,12 +111,10 @@ def run_regressions(
     cal = calibration or default_calibration()
     result = detect_changes(store, calibration=cal, since=since, points=points)
     if write:
-        result.commit, result.new = commit_changes(
-            store, result.changes, analysed_seq=result.seq
-        )
+        result.commit, result.new = commit_changes(store, result.changes, analysed_seq=result.seq)
     else:
-        from .publish import known_states
         from ..load.commit import Warehouse
+        from .publish import known_states
 
         wh = Warehouse(store)
         wh.refresh()
@@ -125,8 +123,6 @@ def run_regressions(
     if report and write and points is not None:
         from ..report import write_report
 
-        result.report = write_report(
-            store, points_frame(points), result.changes, cal, result.seq
-        )
+        result.report = write_report(store, points_frame(points), result.changes, cal, result.seq)
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result

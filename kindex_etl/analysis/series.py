@@ -107,9 +107,17 @@ def _leading(value: str, parts: int | None) -> str:
 
 
 def series_key(fields: Mapping[str, Any]) -> str:
-    """`sha256:` + hex digest of the RFC 8785 JSON of the nine series fields."""
+    """`sha256:` + hex digest of the RFC 8785 JSON of the nine series fields.
+
+    Every field is a string or null and every name ASCII, where `json.dumps` with sorted keys,
+    no spaces and raw non-ASCII writes exactly RFC 8785's bytes (tested against `rfc8785`),
+    at a fraction of its cost per series.
+    """
     body = {name: fields.get(name) for name in SERIES_FIELDS}
-    return "sha256:" + hashlib.sha256(rfc8785.dumps(body)).hexdigest()
+    if not all(v is None or isinstance(v, str) for v in body.values()):
+        return "sha256:" + hashlib.sha256(rfc8785.dumps(body)).hexdigest()
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def version_order(version: str) -> tuple[int, Version | str]:
@@ -202,16 +210,23 @@ def with_series(
     # One key per distinct field combination (nulls kept as nulls: a GPU without a form factor
     # is a value, not a wildcard), mapped back onto the runs.
     joined = pc.binary_join_element_wise(
-        *[runs.column(f) for f in SERIES_FIELDS], _SEP, null_handling="replace",
+        *[runs.column(f) for f in SERIES_FIELDS],
+        _SEP,
+        null_handling="replace",
         null_replacement=_NULL,
-    )  # fmt: skip
+    )
     combos = pc.unique(joined)
     keys = pa.array(
         [
             series_key(
-                dict(zip(SERIES_FIELDS, [None if v == _NULL else v for v in c.split(_SEP)],
-                         strict=True))
-            )  # fmt: skip
+                dict(
+                    zip(
+                        SERIES_FIELDS,
+                        [None if v == _NULL else v for v in c.split(_SEP)],
+                        strict=True,
+                    )
+                )
+            )
             for c in combos.to_pylist()
         ],
         pa.string(),

@@ -147,8 +147,9 @@ def _series_charts(
         groups.setdefault(key, {}).setdefault(r["workload_digest"], []).append(r)
     out = []
     for (gpu, software, mode), workloads in sorted(groups.items()):
-        releases = sorted({r["liger_version"] for w in workloads.values() for r in w},
-                          key=version_order)  # fmt: skip
+        releases = sorted(
+            {r["liger_version"] for w in workloads.values() for r in w}, key=version_order
+        )
         ordered = sorted(
             workloads.values(),
             key=lambda w: (_xkey(w[0]["x_value"]), str(w[0]["workload_slug"])),

@@ -78,7 +78,9 @@ def chart(
     step = max(1, math.ceil(n / 6))
     for i, r in enumerate(releases):
         if i % step == 0 or i == n - 1:
-            parts.append(f'<text x="{x(r):.1f}" y="{H - BOTTOM + 13}" class="xt">{escape(r)}</text>')
+            parts.append(
+                f'<text x="{x(r):.1f}" y="{H - BOTTOM + 13}" class="xt">{escape(r)}</text>'
+            )
     parts.append(f'<text x="{W - RIGHT}" y="{H - 4}" class="unit">{escape(unit)}</text>')
     if baseline is not None:
         parts.append(
@@ -91,9 +93,7 @@ def chart(
         if len(band) >= 2:
             pts = [f"{x(r):.1f},{y(ln.high[r]):.1f}" for r in band]
             pts += [f"{x(r):.1f},{y(ln.low[r]):.1f}" for r in reversed(band)]
-            parts.append(
-                f'<polygon points="{" ".join(pts)}" fill="{ln.color}" class="band"/>'
-            )
+            parts.append(f'<polygon points="{" ".join(pts)}" fill="{ln.color}" class="band"/>')
         for r in band:
             parts.append(
                 f'<line x1="{x(r):.1f}" x2="{x(r):.1f}" y1="{y(ln.low[r]):.1f}" '

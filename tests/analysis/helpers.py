@@ -31,14 +31,21 @@ def series_rows(
     for i, (version, value) in enumerate(zip(releases, values_ms, strict=True)):
         out.append(
             row(
-                kernel_name=kernel, kernel_provider=provider, kernel_operation_mode=mode,
-                metric_name=metric, metric_unit="ms" if metric == "speed" else "MB",
-                x_value=x, y_value_50=repr(value), y_value_20=repr(value * (1 - spread)),
-                y_value_80=repr(value * (1 + spread)), extra_benchmark_config_str=config,
-                gpu_name=gpu, timestamp=f"2026-{1 + i % 12:02d}-{day:02d} 10:00:00",
+                kernel_name=kernel,
+                kernel_provider=provider,
+                kernel_operation_mode=mode,
+                metric_name=metric,
+                metric_unit="ms" if metric == "speed" else "MB",
+                x_value=x,
+                y_value_50=repr(value),
+                y_value_20=repr(value * (1 - spread)),
+                y_value_80=repr(value * (1 + spread)),
+                extra_benchmark_config_str=config,
+                gpu_name=gpu,
+                timestamp=f"2026-{1 + i % 12:02d}-{day:02d} 10:00:00",
                 liger_version=version,
             )
-        )  # fmt: skip
+        )
     return out
 
 
@@ -52,8 +59,9 @@ def build_warehouse(tmp: Path, groups: Iterable[list[dict[str, str]]], name: str
     return str(warehouse)
 
 
-def add_rerun(tmp: Path, warehouse: str, rows: list[dict[str, str]], software: dict[str, str],
-              name: str) -> None:  # fmt: skip
+def add_rerun(
+    tmp: Path, warehouse: str, rows: list[dict[str, str]], software: dict[str, str], name: str
+) -> None:
     """Ingest rows as one of our GPU re-runs (a folder with environment.json)."""
     upstream = tmp / f"{name}-rerun"
     write_csv(upstream / "reruns/benchmark.csv", rows)

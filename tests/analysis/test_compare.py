@@ -30,16 +30,28 @@ def _frame(wh: str):  # type: ignore[no-untyped-def]
     return points_frame(points)
 
 
-def _groups(factor_b: float, provider: str = "liger", gpu: str = "NVIDIA H100 80GB HBM3",
-            kernel: str = "megatron_rms_norm", day: int = 1, base: float = 0.2):  # fmt: skip
+def _groups(
+    factor_b: float,
+    provider: str = "liger",
+    gpu: str = "NVIDIA H100 80GB HBM3",
+    kernel: str = "megatron_rms_norm",
+    day: int = 1,
+    base: float = 0.2,
+):
     rng = np.random.default_rng(day)
     return [
         series_rows(
-            [base * x / 1024 * float(np.exp(rng.normal(0, 0.005))),
-             base * x / 1024 * factor_b * float(np.exp(rng.normal(0, 0.005)))],
-            releases=RELEASES, x=str(x), provider=provider, gpu=gpu, kernel=kernel,
+            [
+                base * x / 1024 * float(np.exp(rng.normal(0, 0.005))),
+                base * x / 1024 * factor_b * float(np.exp(rng.normal(0, 0.005))),
+            ],
+            releases=RELEASES,
+            x=str(x),
+            provider=provider,
+            gpu=gpu,
+            kernel=kernel,
             day=day + i,
-        )  # fmt: skip
+        )
         for i, x in enumerate(XS)
     ]
 
@@ -52,8 +64,10 @@ def test_release_b_against_a_is_a_ratio_with_an_interval(tmp_path: Path) -> None
     assert row["ratio"] == pytest.approx(1.25, rel=0.02)
     assert row["verdict"] == "higher"
     assert (row["kernel"], row["gpu_product"], row["gpu_form_factor"]) == (
-        "megatron_rms_norm", "NVIDIA H100", "80GB HBM3"
-    )  # fmt: skip
+        "megatron_rms_norm",
+        "NVIDIA H100",
+        "80GB HBM3",
+    )
 
 
 def test_same_release_twice_is_no_difference_detectable(tmp_path: Path) -> None:
@@ -70,8 +84,9 @@ def test_liger_against_the_catalog_baseline(tmp_path: Path) -> None:
     wh = build_warehouse(tmp_path, groups)
     rows = compare_baseline(_frame(wh))
     assert {(r["liger_version"], r["baseline"]) for r in rows} == {
-        ("0.7.0", "torch"), ("0.8.0", "torch")
-    }  # fmt: skip
+        ("0.7.0", "torch"),
+        ("0.8.0", "torch"),
+    }
     for r in rows:
         assert r["speedup"] == pytest.approx(2.0, rel=0.03)
         assert r["verdict"] == "lower"  # liger / torch below 1

@@ -81,9 +81,9 @@ def test_memory_change_of_one_byte_is_found(tmp_path: Path) -> None:
     mem = [512.0] * 5 + [512.0 + one_byte] * 3
     same = [512.0] * 8
     wh = build_warehouse(
-        tmp_path, [series_rows(mem, metric="memory"), series_rows(same, metric="memory", day=2,
-                                                                  x="4096")]
-    )  # fmt: skip
+        tmp_path,
+        [series_rows(mem, metric="memory"), series_rows(same, metric="memory", day=2, x="4096")],
+    )
     (c,) = detect_changes(open_store(wh)).changes
     assert c["metric"] == "memory" and c["x_value"] == "2048"
     assert (c["before_value"], c["after_value"]) == (512 * 1048576, 512 * 1048576 + 1)

@@ -34,8 +34,9 @@ def test_changes_are_committed_once_and_read_back_like_other_tables(tmp_path: Pa
     files = [f"{wh}/{k}" for k in snap["tables"]["regressions"]]
     row = duckdb.sql(
         "SELECT kernel, before_release, after_release, state, ratio, false_alarm_rate, "
-        "warehouse_seq FROM read_parquet(?)", params=[files]
-    ).fetchall()  # fmt: skip
+        "warehouse_seq FROM read_parquet(?)",
+        params=[files],
+    ).fetchall()
     assert row[0][:4] == ("megatron_rms_norm", RELEASES[3], RELEASES[4], "alert")
     assert row[0][4] == pytest.approx(1.3, rel=1e-6) and row[0][6] == 1
     table = ds.dataset(f"{wh}/regressions", format="parquet").to_table()
@@ -76,8 +77,9 @@ def test_pending_becomes_an_alert_when_the_next_release_confirms_it(tmp_path: Pa
 
 
 def test_cli_regressions_json_since_and_dry_run(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    wh = build_warehouse(tmp_path, [series_rows(STEP), series_rows(
-        [0.1] * 6 + [0.2] * 2, x="4096", day=2)])  # fmt: skip
+    wh = build_warehouse(
+        tmp_path, [series_rows(STEP), series_rows([0.1] * 6 + [0.2] * 2, x="4096", day=2)]
+    )
     assert main(["regressions", "--warehouse", wh, "--json", "--dry-run"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["alerts"] == 2 and out["commit"] is None and out["report"] is None
@@ -100,8 +102,9 @@ def test_regressions_on_s3(tmp_path: Path, make_bucket: Callable[[], str], s3_cl
     result = run_regressions(url)
     assert result.commit == 2 and len(result.new_alerts) == 1
     assert result.report == f"{url}/reports/index.html"
-    snap = json.loads(s3_client.get_object(Bucket=bucket, Key="wh/_kindex/snapshot.json")["Body"]
-                      .read())  # fmt: skip
+    snap = json.loads(
+        s3_client.get_object(Bucket=bucket, Key="wh/_kindex/snapshot.json")["Body"].read()
+    )
     assert len(snap["tables"]["regressions"]) == 1
     page = s3_client.get_object(Bucket=bucket, Key="wh/reports/megatron_rms_norm.html")
     assert b"<svg" in page["Body"].read()

@@ -29,9 +29,10 @@ def _keys(warehouse: str) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {}
     for bucket in RunSource.open(open_store(warehouse)).buckets():
         for key, gpu in zip(
-            bucket.column("series_key").to_pylist(), bucket.column("gpu_name").to_pylist(),
+            bucket.column("series_key").to_pylist(),
+            bucket.column("gpu_name").to_pylist(),
             strict=True,
-        ):  # fmt: skip
+        ):
             out.setdefault(key, set()).add(gpu)
     return out
 
@@ -41,12 +42,16 @@ def test_key_is_sha256_of_the_canonical_fields_and_recomputable(tmp_path: Path) 
     run = ds.dataset(f"{wh}/benchmark_runs", format="parquet").to_table().to_pylist()[0]
     env = ds.dataset(f"{wh}/execution_environments", format="parquet").to_table().to_pylist()[0]
     fields = {
-        "kernel": run["kernel"], "operation_mode": run["operation_mode"],
-        "metric": run["metric"], "provider": run["provider"],
-        "workload_digest": run["workload_digest"], "protocol_digest": run["protocol_digest"],
-        "gpu_product": env["product"], "gpu_form_factor": env["form_factor"],
+        "kernel": run["kernel"],
+        "operation_mode": run["operation_mode"],
+        "metric": run["metric"],
+        "provider": run["provider"],
+        "workload_digest": run["workload_digest"],
+        "protocol_digest": run["protocol_digest"],
+        "gpu_product": env["product"],
+        "gpu_form_factor": env["form_factor"],
         "software_class": "upstream",
-    }  # fmt: skip
+    }
     assert set(fields) == set(SERIES_FIELDS)
     expected = "sha256:" + hashlib.sha256(rfc8785.dumps(fields)).hexdigest()
     assert series_key(fields) == expected
@@ -72,8 +77,9 @@ def test_series_never_mix_gpus_form_factors_workloads_or_passes(tmp_path: Path) 
 
 def test_a_step_between_gpus_over_releases_is_not_a_change(tmp_path: Path) -> None:
     first = series_rows([0.1] * 4, releases=("0.1.0", "0.2.0", "0.3.0", "0.4.0"))
-    later = series_rows([0.3] * 4, releases=("0.5.0", "0.6.0", "0.7.0", "0.8.0"),
-                        gpu="NVIDIA A100-SXM4-80GB", day=2)  # fmt: skip
+    later = series_rows(
+        [0.3] * 4, releases=("0.5.0", "0.6.0", "0.7.0", "0.8.0"), gpu="NVIDIA A100-SXM4-80GB", day=2
+    )
     wh = build_warehouse(tmp_path, [first, later])
     assert detect_changes(open_store(wh)).changes == []
 
@@ -81,8 +87,14 @@ def test_a_step_between_gpus_over_releases_is_not_a_change(tmp_path: Path) -> No
 def test_software_class_separates_our_reruns_from_upstream(tmp_path: Path) -> None:
     releases = ("0.1.0", "0.2.0", "0.3.0", "0.4.0")
     wh = build_warehouse(tmp_path, [series_rows(FLAT, releases=releases)])
-    soft = {"torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "driver": "580.1",
-            "hostCpu": "Intel(R) Xeon(R) Processor", "python": "3.12.3"}  # fmt: skip
+    soft = {
+        "torch": "2.11.0+cu130",
+        "triton": "3.6.0",
+        "cuda": "13.0",
+        "driver": "580.1",
+        "hostCpu": "Intel(R) Xeon(R) Processor",
+        "python": "3.12.3",
+    }
     add_rerun(tmp_path, wh, series_rows(HIGH, releases=releases, day=9), soft, "r1")
     keys = _keys(wh)
     assert len(keys) == 2
@@ -90,11 +102,18 @@ def test_software_class_separates_our_reruns_from_upstream(tmp_path: Path) -> No
 
 
 def test_software_class_keeps_minor_versions_and_the_host() -> None:
-    a = {"torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "driver": "580.1",
-         "hostCpu": "Xeon", "python": "3.12.3"}  # fmt: skip
+    a = {
+        "torch": "2.11.0+cu130",
+        "triton": "3.6.0",
+        "cuda": "13.0",
+        "driver": "580.1",
+        "hostCpu": "Xeon",
+        "python": "3.12.3",
+    }
     assert software_class({}) == "upstream"
-    assert software_class(json.dumps(a)) == software_class({**a, "driver": "580.2",
-                                                            "torch": "2.11.1"})  # fmt: skip
+    assert software_class(json.dumps(a)) == software_class(
+        {**a, "driver": "580.2", "torch": "2.11.1"}
+    )
     assert software_class(a) != software_class({**a, "torch": "2.12.0"})
     assert software_class(a) != software_class({**a, "hostCpu": "EPYC"})
     assert software_class(a) == "cuda=13,hostCpu=Xeon,torch=2.11,triton=3.6"
@@ -109,8 +128,11 @@ def test_releases_are_in_pep440_order_not_string_order(tmp_path: Path) -> None:
         ("0.9.1", "0.10.0", "alert")
     ]
     assert sorted(["0.10.0", "0.9.0", "1.0.0rc1", "1.0.0"], key=version_order) == [
-        "0.9.0", "0.10.0", "1.0.0rc1", "1.0.0"
-    ]  # fmt: skip
+        "0.9.0",
+        "0.10.0",
+        "1.0.0rc1",
+        "1.0.0",
+    ]
 
 
 def test_spilled_buckets_hold_whole_series_and_find_the_same(tmp_path: Path) -> None:

@@ -393,6 +393,7 @@ def test_megatron_rms_norm_entry_is_exactly_the_seeds(catalog: Catalog) -> None:
         "script": "benchmark_megatron_rms_norm.py",
         "default_dtype": "bf16",
         "parameters": {"H": "hidden", "S": "seq", "B": "batch"},
+        "baseline": ["torch"],
     }
     # The seed row (x H=2048, config {"S": 4096, "B": 1}, no dtype) gives the seed's slug.
     values = {"H": 2048, "S": 4096, "B": 1}
@@ -494,3 +495,24 @@ def test_every_sample_kernel_and_parameter_is_known(catalog: Catalog) -> None:
         by_name = _resolve_row(catalog, kernel, {x_name, *keys})
         clashes = {n: raws for n, raws in by_name.items() if len(raws) > 1}
         assert not clashes, f"{kernel} x={x_name}: {clashes}"
+
+
+def test_baselines_are_providers_upstream_measured(catalog: Catalog) -> None:
+    """Every baseline names a provider; in the sample, each kernel measured with liger and a
+    reference implementation finds its baseline among that kernel's providers."""
+    for name, info in catalog.kernels.items():
+        assert all(b and b != info.liger_provider for b in info.baseline), name
+    if not SAMPLE.is_file():
+        return
+    providers: dict[str, set[str]] = {}
+    with SAMPLE.open(newline="") as fh:
+        for row in csv.DictReader(fh):
+            providers.setdefault(row["kernel_name"], set()).add(row["kernel_provider"])
+    checked = 0
+    for kernel, seen in providers.items():
+        info = catalog.kernel(kernel)
+        assert info is not None and info.baseline, kernel
+        assert info.liger_provider in seen, kernel
+        assert seen & set(info.baseline), (kernel, seen, info.baseline)
+        checked += 1
+    assert checked >= 30

@@ -46,8 +46,9 @@ def test_new_alerts_become_an_artifact_and_events(tmp_path: Path, events: list) 
     assert text.count("| megatron_rms_norm |") == 2
     assert [e["event"] for e in events] == ["kindex.regression.alert"] * 2
     assert {e["payload"]["after_release"] for e in events} == {RELEASES[4]}
-    assert all(e["resource"]["prefect.resource.id"].startswith("kindex.series.sha256:")
-               for e in events)  # fmt: skip
+    assert all(
+        e["resource"]["prefect.resource.id"].startswith("kindex.series.sha256:") for e in events
+    )
 
     events.clear()
     state = regressions_flow(warehouse=wh, return_state=True)

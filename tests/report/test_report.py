@@ -15,14 +15,21 @@ from kindex_etl.analysis.run import run_regressions
 from tests.analysis.helpers import RELEASES, build_warehouse, series_rows
 
 FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--no-first-run",
-]  # fmt: skip
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 
 
 def _chromium() -> str:
-    found = os.environ.get("KINDEX_CHROMIUM") or shutil.which("chromium") or shutil.which(
-        "chromium-browser"
+    found = (
+        os.environ.get("KINDEX_CHROMIUM")
+        or shutil.which("chromium")
+        or shutil.which("chromium-browser")
     )
     if not found:
         pytest.fail("headless Chromium is needed: apt-get install -y chromium (see .ci/run)")
@@ -32,10 +39,19 @@ def _chromium() -> str:
 def _browser(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"
     return subprocess.run(
-        [_chromium(), *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-         *args],  # fmt: skip
-        capture_output=True, text=True, timeout=120, check=True,
-    )  # fmt: skip
+        [
+            _chromium(),
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            "--enable-logging=stderr",
+            "--v=0",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +65,11 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> Path:
         liger[4:] *= 1.3  # a regression from the fifth release on
         groups.append(series_rows([float(v) for v in liger], x=str(x), day=1 + i, spread=0.02))
         torch = 0.2 * x / 1024 * noise
-        groups.append(series_rows([float(v) for v in torch], x=str(x), provider="torch",
-                                  day=10 + i, spread=0.02))  # fmt: skip
+        groups.append(
+            series_rows(
+                [float(v) for v in torch], x=str(x), provider="torch", day=10 + i, spread=0.02
+            )
+        )
     groups.append(series_rows([64.0] * 5 + [80.0] * 3, metric="memory", day=20))
     wh = build_warehouse(tmp, groups)
     result = run_regressions(wh)
@@ -92,8 +111,12 @@ def test_page_loads_in_headless_chromium_with_no_console_error(
 
 def test_screenshot(report: Path, tmp_path: Path) -> None:
     shot = tmp_path / "kernel.png"
-    _browser(tmp_path, f"--screenshot={shot}", "--window-size=1300,1600",
-             (report / "megatron_rms_norm.html").as_uri())  # fmt: skip
+    _browser(
+        tmp_path,
+        f"--screenshot={shot}",
+        "--window-size=1300,1600",
+        (report / "megatron_rms_norm.html").as_uri(),
+    )
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
     keep = os.environ.get("KINDEX_REPORT_SCREENSHOT")
