@@ -126,3 +126,18 @@ def run_regressions(
         result.report = write_report(store, points_frame(points), result.changes, cal, result.seq)
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result
+
+
+def demo_report(warehouse_url: str) -> str:
+    """For `kindex-etl demo`: bring the report up to date and say where to open it.
+
+    Idempotent (changes already recorded are not committed again); returns a `file://` URI
+    for a local warehouse, the object's URL on S3.
+    """
+    from pathlib import Path
+
+    result = run_regressions(warehouse_url)
+    assert result.report is not None
+    if result.report.startswith("s3://"):
+        return result.report
+    return Path(result.report).resolve().as_uri()
