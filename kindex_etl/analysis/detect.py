@@ -9,7 +9,7 @@ measure the same code; a change can only happen between releases). Per series:
    PELT over the l2 cost, in C) on the log points divided by that sigma, with penalty z^2: one
    split pays for itself only where sqrt(n1 n2 / n) |mean1 - mean2| exceeds z noise sigmas.
    That best single split is computed for all series at once (numpy) first, and only series
-   where it reaches z reach the library (in A/A data, a few per cent of them).
+   where it reaches z reach the library (1.5 % of the calibration's A/A series).
 3. Persistence: a single-point segment inside the series is a transient and is dropped; a
    change must hold for `persistence` releases before it is an alert (one point at the end of
    the series is `pending`).

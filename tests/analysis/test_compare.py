@@ -108,3 +108,27 @@ def test_noise_widens_the_interval(tmp_path: Path) -> None:
     assert row["verdict"] == NO_DIFFERENCE
     assert row["ratio_high"] / row["ratio_low"] > 1.2
     assert default_calibration().settings.noise.run_to_run > 0
+
+
+def test_real_aa_runs_compared_as_two_releases_show_no_difference(tmp_path: Path) -> None:
+    """Our H200 run of 0.8.5 and its repeat, the repeat relabelled as another release."""
+    import csv
+    import shutil
+
+    from kindex_etl.pipeline import IngestOptions, ingest
+    from tests.helpers import FIXTURES, write_csv
+
+    h200 = FIXTURES / "h200_rerun_0.8.5"
+    for name, src, version in (("a", h200, "0.8.5"), ("b", h200 / "repeat", "0.8.5.post1")):
+        with (src / "benchmark.csv").open(newline="") as fh:
+            rows = [{**r, "liger_version": version} for r in csv.DictReader(fh)]
+        write_csv(tmp_path / "up" / name / "benchmark.csv", rows)
+        shutil.copy(src / "environment.json", tmp_path / "up" / name / "environment.json")
+    wh = str(tmp_path / "wh")
+    ingest(str(tmp_path / "up"), wh, IngestOptions(trigger=False))
+    points: list[pa.Table] = []
+    result = detect_changes(open_store(wh), points=points)
+    assert result.runs == 144 and result.alerts == []
+    rows = compare_releases(points_frame(points), "0.8.5", "0.8.5.post1")
+    assert len(rows) == 16  # 2 kernels x 2 providers x 3 passes of speed, + 4 of memory
+    assert {r["verdict"] for r in rows} == {NO_DIFFERENCE}

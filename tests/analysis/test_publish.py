@@ -74,6 +74,12 @@ def test_pending_becomes_an_alert_when_the_next_release_confirms_it(tmp_path: Pa
         "ORDER BY warehouse_seq"
     ).fetchall()
     assert [s for s, _ in states] == ["pending", "alert"]
+    # The current state, as docs/regressions.md reads it.
+    current = duckdb.sql(
+        f"SELECT state FROM read_parquet('{wh}/regressions/*.parquet') "
+        "QUALIFY row_number() OVER (PARTITION BY change_id ORDER BY warehouse_seq DESC) = 1"
+    ).fetchall()
+    assert current == [("alert",)]
 
 
 def test_cli_regressions_json_since_and_dry_run(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
