@@ -21,6 +21,7 @@ RANKS = {
     "normalize": 4,
     "load": 5,
     "ingestion": 6,
+    "analysis": 6, "report": 6,
     "reruns": 7,
     "gpu": 8,
     "api": 9, "cli": 9, "demo": 9, "__init__": 9,

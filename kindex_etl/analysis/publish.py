@@ -1,7 +1,7 @@
 """Write changes through the warehouse's commit protocol (the only module that touches it).
 
 Stage `regressions/part-<batch>.parquet` and `documents/regressions/part-<batch>.jsonl.zst`,
-commit one record (`kind: regressions`, no upstream objects), publish, advance the snapshot:
+commit one record (its files, no upstream objects), publish, advance the snapshot:
 the same steps, guarantees and recovery as an ingest batch. A lost commit race re-reads the
 log and recomputes what is new.
 """
@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..load import layout
-from ..load.commit import Warehouse
+from ..load.record import CommitRecord, FileEntry
+from ..load.warehouse import Warehouse
 from ..storage import ObjectStore, PreconditionFailed, StorageError
 from .schema import REGRESSIONS_SCHEMA, change_document
 
@@ -31,17 +32,18 @@ def known_states(warehouse: Warehouse) -> dict[str, str]:
     """change_id -> its latest committed state."""
     latest: dict[str, tuple[int, str]] = {}
     for record in warehouse.records:
-        for f in record.get("files", []):
-            if layout.table_of(f["key"]) != layout.REGRESSIONS:
+        for f in record.files:
+            if layout.table_of(f.key) != layout.REGRESSIONS:
                 continue
-            table = warehouse.read_file(record["batch"], f["key"], ["change_id", "state"])
+            table = warehouse.read_file(record.batch, f.key, ["change_id", "state"])
             for cid, state in zip(
                 table.column("change_id").to_pylist(),
                 table.column("state").to_pylist(),
                 strict=True,
             ):
-                if cid not in latest or record["seq"] >= latest[cid][0]:
-                    latest[cid] = (record["seq"], state)
+                seq = record.seq or 0
+                if cid not in latest or seq >= latest[cid][0]:
+                    latest[cid] = (seq, state)
     return {k: v[1] for k, v in latest.items()}
 
 
@@ -50,7 +52,6 @@ def commit_changes(
     rows: list[dict[str, Any]],
     *,
     analysed_seq: int,
-    extra: dict[str, Any] | None = None,
 ) -> tuple[int | None, list[dict[str, Any]]]:
     """Commit the rows whose (change, state) is new; returns (commit seq or None, those rows)."""
     warehouse = Warehouse(store)
@@ -70,15 +71,9 @@ def commit_changes(
             ).encode()
         ).hexdigest()[:16]
         batch = f"r{digest}"
-        files = _stage(warehouse, batch, new)
-        record = {
-            "batch": batch,
-            "kind": "regressions",
-            "analysedSeq": analysed_seq,
-            "files": files,
-            "counts": {"changes": len(new), "alerts": sum(r["state"] == "alert" for r in new)},
-            **(extra or {}),
-        }
+        # A record with files and no upstream objects: ingests read none of it as "done", and
+        # the regressions table's rows say which commit they analysed (`warehouse_seq`).
+        record = CommitRecord(batch=batch, files=_stage(warehouse, batch, new))
         try:
             seq = warehouse.commit(record)
         except PreconditionFailed:
@@ -90,7 +85,7 @@ def commit_changes(
     raise StorageError(f"gave up after {ATTEMPTS} commit conflicts on {store.url}")
 
 
-def _stage(warehouse: Warehouse, batch: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _stage(warehouse: Warehouse, batch: str, rows: list[dict[str, Any]]) -> list[FileEntry]:
     table = pa.Table.from_pylist(rows, schema=REGRESSIONS_SCHEMA)
     with tempfile.TemporaryDirectory(prefix=f"kindex-{batch}-") as tmp:
         parquet = Path(tmp, "changes.parquet")
@@ -103,7 +98,7 @@ def _stage(warehouse: Warehouse, batch: str, rows: list[dict[str, Any]]) -> list
         ]
         for key, path in keys:
             warehouse.stage(batch, key, path)
-    return [{"key": key, "rows": len(rows)} for key, _ in keys]
+    return [FileEntry(key=key, rows=len(rows)) for key, _ in keys]
 
 
 def _write_jsonl_zst(

@@ -113,7 +113,7 @@ def run_regressions(
     if write:
         result.commit, result.new = commit_changes(store, result.changes, analysed_seq=result.seq)
     else:
-        from ..load.commit import Warehouse
+        from ..load.warehouse import Warehouse
         from .publish import known_states
 
         wh = Warehouse(store)

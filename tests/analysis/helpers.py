@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from kindex_etl.pipeline import IngestOptions, ingest
+from kindex_etl.api import IngestOptions, ingest
 from tests.helpers import row, write_csv
 
 RELEASES = ("0.5.0", "0.5.1", "0.6.0", "0.6.1", "0.7.0", "0.8.0", "0.8.1", "0.9.0")

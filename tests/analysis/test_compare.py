@@ -115,7 +115,7 @@ def test_real_aa_runs_compared_as_two_releases_show_no_difference(tmp_path: Path
     import csv
     import shutil
 
-    from kindex_etl.pipeline import IngestOptions, ingest
+    from kindex_etl.api import IngestOptions, ingest
     from tests.helpers import FIXTURES, write_csv
 
     h200 = FIXTURES / "h200_rerun_0.8.5"

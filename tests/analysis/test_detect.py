@@ -10,7 +10,7 @@ import pytest
 
 from kindex_etl.analysis.calibration import default_calibration
 from kindex_etl.analysis.run import detect_changes
-from kindex_etl.pipeline import IngestOptions, ingest
+from kindex_etl.api import IngestOptions, ingest
 from kindex_etl.storage import open_store
 from tests.analysis.helpers import RELEASES, build_warehouse, series_rows
 from tests.helpers import FIXTURES, SAMPLE_CSV
