@@ -11,6 +11,7 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
+from prefect.events import emit_event
 
 from kindex_etl.analysis.alerts import event, markdown
 from kindex_etl.analysis.run import Analysis, run_regressions
@@ -26,7 +27,6 @@ def detect(warehouse: str, since: str | None) -> Analysis:
 @flow(name="kindex-regressions", log_prints=False)
 def regressions_flow(warehouse: str | None = None, since: str | None = None) -> dict[str, Any]:
     from prefect.artifacts import create_markdown_artifact
-    from prefect.events import emit_event
 
     result = detect(warehouse or settings().warehouse, since)
     create_markdown_artifact(
