@@ -37,8 +37,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ..storage import ObjectStore, open_store
 from .detect import DETERMINISTIC_METRICS, DetectorSettings, detect
 from .noise import NoiseModel, fit, within_sigma
+from .series import RunSource
 
 STEPS = (0.05, 0.10, 0.20, 0.50)
 IDENTITY = [
@@ -89,6 +91,29 @@ def aa_pairs(points: pd.DataFrame) -> pd.DataFrame:
     )
     pairs = pairs[pairs["a_median"].notna() & (pairs["a_timestamp"] != pairs["timestamp"])]
     return pairs.reset_index(drop=True)
+
+
+def warehouse_pairs(store: ObjectStore) -> pd.DataFrame:
+    """Same-release pairs of one series in a warehouse: consecutive runs (by time) of one
+    release. Series keys decide sameness here (workload digests, not raw config text), so this
+    finds repeats that upstream wrote under two sweeps, and our re-runs' repeats."""
+    frames = []
+    cols = ["series_key", "release_rank", "observed_at", "metric", "operation_mode",
+            "value_median", "value_p20", "value_p80"]  # fmt: skip
+    for bucket in RunSource.open(store).buckets():
+        df = bucket.select(cols).to_pandas()
+        prev = df.groupby(["series_key", "release_rank"], sort=False).shift(1)
+        df = df.assign(
+            a_median=prev["value_median"], a_p20=prev["value_p20"], a_p80=prev["value_p80"]
+        )
+        frames.append(df[df["a_median"].notna()])
+    if not frames:
+        return pd.DataFrame(columns=[*cols, "a_median", "a_p20", "a_p80"])
+    out = pd.concat(frames, ignore_index=True)
+    out = out.rename(columns={"metric": "metric_name", "operation_mode": "kernel_operation_mode"})
+    for col in ("value_median", "value_p20", "value_p80", "a_median", "a_p20", "a_p80"):
+        out[col] = out[col].astype(float)
+    return out
 
 
 def _arrays(pairs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -313,11 +338,15 @@ def calibrate(
     min_effect: float,
     persistence: int,
     copies: int,
+    warehouse: str | None = None,
 ) -> dict[str, Any]:
     sample_points = read_points([sample])
-    pair_points = read_points([sample, *pairs])
-    aa = aa_pairs(pair_points)
+    csv_aa = aa_pairs(read_points([sample, *pairs]))
     in_sample = aa_pairs(sample_points)
+    wh_aa = warehouse_pairs(open_store(warehouse)) if warehouse else csv_aa.iloc[:0]
+    keep = ["metric_name", "kernel_operation_mode", "a_median", "a_p20", "a_p80",
+            "value_median", "value_p20", "value_p80"]  # fmt: skip
+    aa = pd.concat([csv_aa[keep], wh_aa[keep]], ignore_index=True)
     speed = aa[aa["metric_name"] == "speed"]
     memory = aa[aa["metric_name"] == "memory"]
     model = fit(*_arrays(speed))
@@ -337,7 +366,10 @@ def calibrate(
             "speed": len(speed),
             "memory": len(memory),
             "memory_identical": int((memory["a_median"] == memory["value_median"]).sum()),
-            "in_sample": len(in_sample),
+            "in_sample_csv_identity": len(in_sample),
+            "from_csvs": len(csv_aa),
+            "from_warehouse": len(wh_aa),
+            "warehouse": warehouse,
             "speed_moved_over_10pct": round(float((np.abs(np.expm1(lb - la)) > 0.10).mean()), 4),
             "sources": [str(p) for p in pairs],
         },
@@ -349,7 +381,18 @@ def calibrate(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m kindex_etl.analysis.calibration")
     parser.add_argument("--sample", type=Path, required=True)
-    parser.add_argument("--pairs", type=Path, nargs="*", default=[])
+    parser.add_argument(
+        "--pairs",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="upstream-format CSVs whose same-identity rows are A/A pairs",
+    )
+    parser.add_argument(
+        "--warehouse",
+        default=None,
+        help="a warehouse whose same-release runs of one series are A/A pairs",
+    )
     parser.add_argument("--z-threshold", type=float, default=4.0)
     parser.add_argument("--min-effect", type=float, default=0.05)
     parser.add_argument("--persistence", type=int, default=2)
@@ -363,6 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         min_effect=args.min_effect,
         persistence=args.persistence,
         copies=args.copies,
+        warehouse=args.warehouse,
     )
     text = json.dumps(result, indent=1, sort_keys=True) + "\n"
     if args.out:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 from importlib import resources
+from pathlib import Path
 
 import numpy as np
 
@@ -14,8 +16,11 @@ from kindex_etl.analysis.calibration import (
     measure,
     read_points,
     residual_pool,
+    warehouse_pairs,
 )
 from kindex_etl.analysis.noise import NoiseModel, fit, within_sigma
+from kindex_etl.api import IngestOptions, ingest
+from kindex_etl.storage import open_store
 from tests.helpers import FIXTURES, SAMPLE_CSV
 
 H200 = FIXTURES / "h200_rerun_0.8.5"
@@ -42,10 +47,32 @@ def test_noise_fit_recovers_a_known_model() -> None:
     assert band == np.log(110 / 90) / (2 * 0.8416212335729143)
 
 
-def test_packaged_calibration_is_what_the_real_pairs_fit() -> None:
+def _sample_and_h200(tmp_path: Path) -> str:
+    up = tmp_path / "up"
+    for name, src in (("h200", H200), ("h200-repeat", H200 / "repeat")):
+        (up / name).mkdir(parents=True)
+        for f in ("benchmark.csv", "environment.json"):
+            shutil.copy(src / f, up / name / f)
+    (up / "sample").mkdir()
+    shutil.copy(SAMPLE_CSV, up / "sample" / "all_benchmark_data.csv")
+    ingest(str(up), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    return str(tmp_path / "wh")
+
+
+def test_warehouse_pairs_find_upstream_repeats_under_two_sweeps(tmp_path: Path) -> None:
+    """Same-release runs of one series: the H200 repeats, and upstream points that two sweeps
+    of one script measured at the same shape (rope, llama4_rope, fused_moe)."""
+    pairs = warehouse_pairs(open_store(_sample_and_h200(tmp_path)))
+    assert sorted(pairs["metric_name"].value_counts().items()) == [("memory", 28), ("speed", 72)]
+    memory = pairs[pairs["metric_name"] == "memory"]
+    # Real upstream memory is not always bit-identical across two runs (fused_moe: 3 pairs).
+    assert int((memory["a_median"] == memory["value_median"]).sum()) == 25
+
+
+def test_packaged_calibration_is_what_the_real_pairs_fit(tmp_path: Path) -> None:
     text = resources.files("kindex_etl.analysis").joinpath("calibration.json").read_text()
     data = json.loads(text)
-    pairs = aa_pairs(read_points(PAIRS))
+    pairs = warehouse_pairs(open_store(_sample_and_h200(tmp_path)))
     model = fit(*_arrays(pairs[pairs["metric_name"] == "speed"]))
     assert data["noise"] == {"run_to_run": model.run_to_run, "floor": model.floor}
     cal = default_calibration()
@@ -60,7 +87,7 @@ def test_packaged_calibration_is_what_the_real_pairs_fit() -> None:
 def test_measured_rates_on_real_points() -> None:
     cal = default_calibration()
     points = read_points([SAMPLE_CSV]).sample(n=400, random_state=3)
-    pairs = aa_pairs(read_points(PAIRS))
+    pairs = aa_pairs(read_points(PAIRS))  # the H200 repeats: the CSV route to the same pairs
     pool = residual_pool(pairs[pairs["metric_name"] == "speed"], cal.settings.noise)
     out = measure(points, cal.settings, pool, copies=1, seed=4)
     assert out["false_alarm_rate"]["all"] < 0.03
