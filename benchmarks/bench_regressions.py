@@ -2,11 +2,12 @@
 
 Series are generated from the upstream sample's real points (`kindex_etl.analysis.calibration.
 synthetic`: real medians and p20-p80 spreads, run-to-run noise resampled from the real A/A
-pairs of tests/fixtures/h200_rerun_0.8.5), a fifth of them A/A and a fifth each with a 5, 10,
-20 and 50 % step at a random release. They are written as a warehouse (runs Parquet per
-release, the environments table, `_kindex/snapshot.json`), and a separate process analyses it
-the way `kindex-etl regressions` does (snapshot, bucketed by series, detect), so its time and
-peak RSS are the analysis' own.
+pairs the calibration uses: same-release runs of one series in a warehouse of the sample and
+our two H200 runs of tests/fixtures/h200_rerun_0.8.5), a fifth of them A/A and a fifth each
+with a 5, 10, 20 and 50 % step at a random release. They are written as a warehouse (runs
+Parquet per release, the environments table, `_kindex/snapshot.json`), and a separate process
+analyses it the way `kindex-etl regressions` does (snapshot, bucketed by series, detect), so
+its time and peak RSS are the analysis' own.
 
     python benchmarks/bench_regressions.py --series 100000 --workdir /tmp/kbr
 """
@@ -34,12 +35,13 @@ sys.path.insert(0, str(REPO))
 
 from kindex_etl.analysis.calibration import (  # noqa: E402
     STEPS,
-    aa_pairs,
     default_calibration,
     read_points,
     residual_pool,
     synthetic,
+    warehouse_pairs,
 )
+from kindex_etl.storage import open_store  # noqa: E402
 
 SAMPLE = REPO.parent / "shared" / "upstream-sample" / "all_benchmark_data.csv"
 PAIRS = [
@@ -49,10 +51,25 @@ PAIRS = [
 ENV = "sha256:" + "e" * 64
 
 
+def aa_warehouse(workdir: Path) -> str:
+    """The sample and our two H200 runs of 0.8.5, ingested: the calibration's A/A source."""
+    from kindex_etl.api import IngestOptions, ingest
+
+    shutil.rmtree(workdir, ignore_errors=True)
+    up = workdir / "up"
+    for name, src in (("sample", SAMPLE), *((f"h200-{i}", p) for i, p in enumerate(PAIRS))):
+        (up / name).mkdir(parents=True)
+        shutil.copy(src, up / name / src.name)
+        if src != SAMPLE:
+            shutil.copy(src.parent / "environment.json", up / name / "environment.json")
+    ingest(str(up), str(workdir / "wh"), IngestOptions(trigger=False))
+    return str(workdir / "wh")
+
+
 def generate(workdir: Path, series: int, releases: int, seed: int) -> dict[str, tuple[float, str]]:
     cal = default_calibration()
     points = read_points([SAMPLE])
-    pairs = aa_pairs(read_points([SAMPLE, *PAIRS]))
+    pairs = warehouse_pairs(open_store(aa_warehouse(workdir.with_name(workdir.name + "-aa"))))
     pool = residual_pool(pairs[pairs["metric_name"] == "speed"], cal.settings.noise)
     steps = (0.0, *STEPS)
     copies = math.ceil(series / (len(points) * len(steps)))
