@@ -1,100 +1,155 @@
-"""The GPU re-run flow: measure a liger-kernel release on our own GPU, upload the results.
+"""The GPU re-run flow: a campaign of liger-kernel V against V-1 on this host's GPUs.
 
-Deployed as `kindex-gpu-rerun/gpu-rerun` (KINDEX_RERUN_DEPLOYMENT) on a work pool whose worker
-runs on a GPU host; the ingest starts it with `run_deployment(..., timeout=0)` when it sees a
-new release (kindex_etl/trigger). The work itself is `kindex_etl.gpu.run_rerun` (plain
-Python, also `kindex-etl rerun`); see docs/reruns.md.
+Deployed as `kindex-gpu-rerun/gpu-rerun` (KINDEX_RERUN_DEPLOYMENT) on the `kindex-gpu` work pool,
+whose worker lives on a GPU host; the ingest starts one flow run per shard (kindex_etl.reruns).
+The work is plain Python in `kindex_etl.gpu.runner`; this module only decorates it:
 
-It uploads `benchmark.csv`, `environment.json`, `run.json` and `logs/` under
-`reruns/<version>/<run-id>/` of the upstream, where the next ingest picks them up with the host's
-software recorded in their ExecutionEnvironment. Without a GPU it fails at once with NoGPUError.
+- one task per benchmark script, submitted to a thread pool and pinned to one GPU
+  (CUDA_VISIBLE_DEVICES), each holding the Prefect global concurrency limit of its GPU
+  (`kindex-gpu-<host>-<index>`, limit 1), so no two scripts share a GPU at once;
+- an artifact with the per-script table; the request record updated when `warehouse` is given.
 """
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import allow_failure, flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
+from prefect.concurrency.sync import concurrency
+from prefect.task_runners import ThreadPoolTaskRunner
 
-from kindex_etl.gpu import DEFAULT_KERNELS, RerunResult, run_rerun
-from kindex_etl.gpu.runner import DEFAULT_SCRIPT_TIMEOUT_S
+from kindex_etl.gpu import runner
+from kindex_etl.gpu.report import markdown, slot_table
+from kindex_etl.gpu.suite import Script
+
+# Threads only wait on GPU slots; the per-GPU limits, not this number, bound the GPU work.
+MAX_THREADS = 64
 
 
-@task(name="run-benchmarks", cache_policy=NONE)
-def run_benchmarks(**kwargs: Any) -> RerunResult:
+def gpu_limit_name(gpu: str | None, host: str | None = None) -> str:
+    return f"kindex-gpu-{host or socket.gethostname()}-{gpu if gpu is not None else 'any'}"
+
+
+def ensure_gpu_limits(gpus: list[str | None]) -> list[str]:
+    from prefect.client.orchestration import get_client
+
+    names = [gpu_limit_name(g) for g in gpus]
+    with get_client(sync_client=True) as client:
+        for name in names:
+            client.upsert_global_concurrency_limit_by_name(name, 1)
+    return names
+
+
+@task(name="prepare", cache_policy=NONE)
+def prepare_task(**kwargs: Any) -> runner.Prepared:
+    return runner.prepare(**kwargs)
+
+
+@task(name="benchmark-script", task_run_name="{script.kernel} on GPU {gpu}", cache_policy=NONE)
+def script_task(prep: runner.Prepared, script: Script, gpu: str | None) -> list[runner.SlotResult]:
     # No retries: GPU time is the scarce thing, and a failed script's log says what to fix.
-    return run_rerun(**kwargs)
+    logger = get_run_logger()
+    with concurrency(gpu_limit_name(gpu), occupy=1, strict=True, lease_duration=3600):
+        logger.info(
+            "%s pinned to GPU %s (CUDA_VISIBLE_DEVICES=%s, %s), timeout %.0f s",
+            script.name, gpu, gpu, prep.gpu_uuid(gpu) or "uuid unknown", script.timeout_s,
+        )  # fmt: skip
+        results = runner.run_script(prep, script, gpu)
+    for r in results:
+        logger.info(
+            "%s %s r%d on GPU %s: %s, %d rows, %.1f s",
+            r.kernel, r.version, r.repeat, r.gpu, r.state, r.rows, r.seconds,
+        )  # fmt: skip
+    return results
+
+
+@task(name="finish-and-upload", cache_policy=NONE)
+def finish_task(
+    prep: runner.Prepared, results: list[runner.SlotResult], upstream: str | None
+) -> runner.CampaignResult:
+    return runner.finish(prep, results, upstream)
 
 
 @task(name="report-to-warehouse", retries=3, retry_delay_seconds=[2, 10, 30], cache_policy=NONE)
-def report_back(warehouse: str, result: RerunResult) -> None:
-    from kindex_etl.gpu.command import report_back as report
+def report_task(warehouse: str, result: runner.CampaignResult) -> None:
+    from kindex_etl.gpu.command import report_back
 
-    report(warehouse, result)
-
-
-def _markdown(result: RerunResult) -> str:
-    env = result.environment
-    lines = [
-        f"# GPU re-run of liger-kernel {result.version}",
-        "",
-        f"GPU {env.get('gpu_name')}, run `{result.run_id}`, {result.rows} rows"
-        + (f", uploaded to `{result.uploaded_to}`" if result.uploaded_to else ""),
-        "",
-        "| script | state | rows | seconds |",
-        "| --- | --- | --- | --- |",
-    ]
-    for s in result.scripts:
-        state = "ok" if s.ok else ("timed out" if s.timed_out else f"exit {s.returncode}")
-        lines.append(f"| {s.script} | {state} | {s.rows} | {s.seconds:.1f} |")
-    lines += ["", "Software: " + ", ".join(f"{k} {v}" for k, v in env["software"].items())]
-    return "\n".join(lines) + "\n"
+    report_back(warehouse, result)
 
 
-@flow(name="kindex-gpu-rerun", log_prints=False)
+@flow(name="kindex-gpu-rerun", log_prints=False, task_runner=ThreadPoolTaskRunner(MAX_THREADS))
 def gpu_rerun_flow(
     liger_version: str,
+    baseline_version: str | None = None,
     upstream: str | None = None,
+    warehouse: str | None = None,
     kernels: list[str] | None = None,
+    repeats: int = runner.DEFAULT_REPEATS,
+    gpus: list[str] | None = None,
+    shard_index: int = 0,
+    shard_count: int = 1,
     sdist: str | None = None,
     wheel: str | None = None,
-    warehouse: str | None = None,
-    script_timeout_s: float = DEFAULT_SCRIPT_TIMEOUT_S,
-    require_gpu: bool = True,
+    baseline_sdist: str | None = None,
+    baseline_wheel: str | None = None,
+    script_timeout_s: float | None = None,
+    budget_s: float | None = None,
+    workdir: str | None = None,
+    output_dir: str | None = None,
+    campaign_id: str | None = None,
 ) -> dict[str, Any]:
-    """Run `kernels` (default: megatron_rms_norm, rms_norm) of `liger_version` on this GPU.
+    """Measure every script (or `kernels`) of `liger_version`, and of `baseline_version` with
+    the same harness, interleaved, `repeats` times; this flow run does shard `shard_index`.
 
-    `upstream` (default KINDEX_UPSTREAM) receives the results; `sdist` / `wheel` are local files
-    for hosts without network (default: the sdist from PyPI, sha256-verified and cached);
-    `warehouse`, when given, gets the outcome written into the version's request record.
-    `require_gpu=False` exists for the CPU test suite's stand-in harness only.
+    `upstream` (default KINDEX_UPSTREAM) receives one upload per version and repeat; `sdist`,
+    `wheel`, `baseline_*` are local files for hosts without network (default: PyPI, verified);
+    `gpus` overrides the GPUs found; `budget_s` stops starting scripts after that many seconds.
     """
-    from prefect.artifacts import create_markdown_artifact
-
     from kindex_etl.config import settings
 
     logger = get_run_logger()
     target = upstream or settings().upstream
-    result = run_benchmarks(
-        version=liger_version,
-        kernels=kernels or list(DEFAULT_KERNELS),
-        sdist=sdist,
-        wheel=wheel,
-        upstream=target,
-        script_timeout_s=script_timeout_s,
-        require_gpu=require_gpu,
-    )
-    logger.info("%d rows from %s, uploaded to %s", result.rows, result.run_id, result.uploaded_to)
-    create_markdown_artifact(
-        _markdown(result), key=f"gpu-rerun-{liger_version.replace('.', '-')}".lower()[:64]
-    )
+    prep = prepare_task(
+        version=liger_version, baseline=baseline_version, kernels=kernels, repeats=repeats,
+        sdist=sdist, wheel=wheel, baseline_sdist=baseline_sdist, baseline_wheel=baseline_wheel,
+        gpus=gpus, shard_index=shard_index, shard_count=shard_count,
+        script_timeout_s=script_timeout_s, budget_s=budget_s, workdir=workdir,
+        output_dir=output_dir, campaign_id=campaign_id,
+    )  # fmt: skip
+    for s in prep.skipped:
+        logger.info("skipped %s: %s", s.name, s.reason)
+    ensure_gpu_limits(prep.gpus)
+    # Each GPU's scripts are chained (wait_for the one before): the next starts the moment the
+    # GPU is free, where a task left waiting on the limit would poll it with back-off (up to
+    # ~30 s of idle GPU seen on the H200). The limit still guards the GPU against other runs.
+    futures = []
+    last: dict[str | None, Any] = {}
+    for script in prep.scripts:
+        gpu = prep.assignment[script.kernel]
+        before = [allow_failure(last[gpu])] if gpu in last else []
+        last[gpu] = script_task.submit(prep, script, gpu, wait_for=before)
+        futures.append(last[gpu])
+    results: list[runner.SlotResult] = []
+    for future in futures:
+        results += future.result()
+    result = finish_task(prep, results, target)
+    logger.info(
+        "campaign %s: %d runs, %d rows, uploaded to %s",
+        result.campaign_id, len(result.runs), result.rows,
+        ", ".join(r.uploaded_to or "-" for r in result.runs),
+    )  # fmt: skip
+    key = f"gpu-rerun-{liger_version}-shard-{shard_index}".replace(".", "-").lower()[:64]
+    create_table_artifact(key=key, table=slot_table(result), description=markdown(result))
+    create_markdown_artifact(key=f"{key}-summary"[:64], markdown=markdown(result))
     if warehouse:
-        report_back(warehouse, result)
+        report_task(warehouse, result)
     if not result.ok:
-        failed = [s.script for s in result.scripts if not s.ok]
+        failed = sorted({f"{s.script} ({s.state})" for r in result.runs for s in r.slots if not s.ok})
         raise RuntimeError(
-            f"re-run {result.run_id} of {liger_version}: {result.rows} rows; "
-            f"failed scripts: {', '.join(failed) or 'none'} (logs in {result.uploaded_to})"
+            f"campaign {result.campaign_id} of {liger_version}: {result.rows} rows; "
+            f"not ok: {', '.join(failed) or 'no rows'}"
         )
     return result.as_dict()

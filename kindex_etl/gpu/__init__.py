@@ -1,20 +1,30 @@
-"""GPU re-runs: measure a liger-kernel release with its own benchmark harness, on our GPU.
+"""GPU re-runs: measure a liger-kernel release against the one before it with its own harness.
 
 Plain Python with no Prefect import (the GPU host may not have it): `harness` (fetch, verify,
-cache, unpack, install), `runner` (run the scripts, upload), `collect` (pick our rows),
-`environment` (facts about the host). `flows/gpu_rerun.py` wraps `run_rerun` as a flow.
+cache, unpack, install), `suite` (which scripts, skips, timeouts), `plan` (interleave, run ids,
+shards, GPUs), `runner` (prepare, run one script, finish and upload), `collect` (pick our rows),
+`environment` (facts about the host), `report` (the per-script table). `flows/gpu_rerun.py`
+fans `runner.run_script` out over the GPUs as Prefect tasks.
 """
 
 from kindex_etl.gpu.harness import HarnessError, Sdist, fetch_sdist
-from kindex_etl.gpu.runner import DEFAULT_KERNELS, NoGPUError, RerunResult, ScriptResult, run_rerun
+from kindex_etl.gpu.runner import (
+    CampaignResult,
+    NoGPUError,
+    RunRecord,
+    SlotResult,
+    prepare,
+    run_campaign,
+)
 
 __all__ = [
-    "DEFAULT_KERNELS",
+    "CampaignResult",
     "HarnessError",
     "NoGPUError",
-    "RerunResult",
-    "ScriptResult",
+    "RunRecord",
+    "SlotResult",
     "Sdist",
     "fetch_sdist",
-    "run_rerun",
+    "prepare",
+    "run_campaign",
 ]

@@ -1,16 +1,28 @@
-"""Facts about the machine a re-run measures on: GPU, driver, CUDA, torch, triton, host CPU.
+"""Facts about the machine a re-run measures on, and which of them enter the environment digest.
 
-The facts are read by a small probe run with the same interpreter and PYTHONPATH as the
-benchmark scripts (so they describe what measured, not the process that orchestrated), plus
-`nvidia-smi` for the driver and `/proc/cpuinfo` for the host CPU. They become
-`environment.json` beside the uploaded CSV:
+The facts come from three places: a small probe run with the same interpreter and PYTHONPATH as
+the benchmark scripts (so they describe what measured, not the process that orchestrated), one
+`nvidia-smi --query-gpu` per host (the state of each GPU: UUID, clocks, power limit, ECC,
+persistence, MIG), and `/proc/cpuinfo` / `os.cpu_count()` for the host CPU. They become
+`environment.json` beside each uploaded CSV:
 
-    {"gpu_name": ..., "software": {"torch", "triton", "cuda", "driver", "hostCpu", "python"}, ...}
+    {"gpu_name": ..., "software": {...digest keys...}, "gpus": [{...per GPU...}], ...}
 
-Only `software` enters the ExecutionEnvironment (and so its digest); the other keys (GPU count,
-compute capability, CPU count, the liger-kernel actually imported) are for people reading it.
-The liger-kernel version is deliberately not software: it is the implementation under test,
-and runs of different versions on one host must share an environment.
+Only `software` enters the ExecutionEnvironment, and so its digest. It holds what changes the
+measurement (`DIGEST_KEYS`):
+
+- torch, triton, cuda, driver, python: the code that compiles and launches every kernel;
+- hostCpu (the CPU model): launch-bound points are timed by the host, not the GPU;
+- gpuPowerLimitW, gpuMaxClocksMHz: the ceiling the GPU may boost to (a capped card is slower);
+- eccMode: ECC costs memory bandwidth; migMode: a MIG slice is a smaller device.
+
+Left out of the digest, recorded for reading noise (`gpus`, `hostCpuCount`): the GPU UUID (two
+identical cards are one environment; the UUID says which card a run used), current SM and
+memory clocks and temperature (they move during a run: a reading, not a configuration),
+persistence mode (it changes start-up, not timed kernels after warm-up), and the core count
+(the scripts run one process each). The liger-kernel version is deliberately not software: it
+is the implementation under test, and runs of different versions on one host must share an
+environment.
 """
 
 from __future__ import annotations
@@ -23,7 +35,36 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-SOFTWARE_KEYS = ("torch", "triton", "cuda", "driver", "hostCpu", "python")
+DIGEST_KEYS = (
+    "torch",
+    "triton",
+    "cuda",
+    "driver",
+    "python",
+    "hostCpu",
+    "gpuPowerLimitW",
+    "gpuMaxClocksMHz",
+    "eccMode",
+    "migMode",
+)
+
+# nvidia-smi --query-gpu fields, in the order asked, and the key each becomes in `gpus`.
+SMI_FIELDS = (
+    ("index", "index"),
+    ("uuid", "uuid"),
+    ("name", "name"),
+    ("pci.bus_id", "pciBusId"),
+    ("driver_version", "driver"),
+    ("clocks.sm", "smClockMHz"),
+    ("clocks.mem", "memClockMHz"),
+    ("clocks.max.sm", "maxSmClockMHz"),
+    ("clocks.max.mem", "maxMemClockMHz"),
+    ("power.limit", "powerLimitW"),
+    ("ecc.mode.current", "eccMode"),
+    ("persistence_mode", "persistenceMode"),
+    ("mig.mode.current", "migMode"),
+    ("temperature.gpu", "temperatureC"),
+)
 
 PROBE = r"""
 import json, platform, sys
@@ -70,22 +111,41 @@ def probe_python(python: str, env: dict[str, str] | None = None) -> dict[str, An
     return value if isinstance(value, dict) else {"probe_error": "probe printed no object"}
 
 
-def nvidia_driver() -> str | None:
+def _smi_value(raw: str) -> str | None:
+    value = raw.strip()
+    return None if value in ("", "[N/A]", "N/A", "[Not Supported]") else value
+
+
+def parse_gpu_query(text: str) -> list[dict[str, str | None]]:
+    """The rows of `nvidia-smi --query-gpu=<SMI_FIELDS> --format=csv,noheader,nounits`."""
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        values = [v.strip() for v in line.split(",")]
+        if len(values) != len(SMI_FIELDS):
+            continue
+        out.append({key: _smi_value(v) for (_, key), v in zip(SMI_FIELDS, values, strict=True)})
+    return out
+
+
+def query_gpus() -> list[dict[str, str | None]]:
+    """One entry per GPU nvidia-smi sees (all of the host's, not only CUDA_VISIBLE_DEVICES)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
-        return None
+        return []
+    fields = ",".join(name for name, _ in SMI_FIELDS)
     try:
         proc = subprocess.run(
-            [exe, "--query-gpu=driver_version", "--format=csv,noheader"],
+            [exe, f"--query-gpu={fields}", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=60,
             check=False,
         )
     except (OSError, subprocess.SubprocessError):
-        return None
-    lines = [x.strip() for x in proc.stdout.splitlines() if x.strip()]
-    return lines[0] if proc.returncode == 0 and lines else None
+        return []
+    return parse_gpu_query(proc.stdout) if proc.returncode == 0 else []
 
 
 def host_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
@@ -98,20 +158,46 @@ def host_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or platform.machine()
 
 
-def collect_environment(python: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """The whole environment.json for a run with `python` under `env`."""
-    seen = probe_python(python, env)
-    software = {
+def _clocks(gpu: dict[str, str | None]) -> str | None:
+    sm, mem = gpu.get("maxSmClockMHz"), gpu.get("maxMemClockMHz")
+    return f"{sm}/{mem}" if sm and mem else None
+
+
+def software_facts(seen: dict[str, Any], gpu: dict[str, str | None] | None) -> dict[str, str]:
+    """The digest's facts (DIGEST_KEYS) from a probe and the GPU that measured; None left out."""
+    g = gpu or {}
+    values: dict[str, Any] = {
         "torch": seen.get("torch"),
         "triton": seen.get("triton"),
         "cuda": seen.get("cuda") or seen.get("hip"),
-        "driver": nvidia_driver(),
-        "hostCpu": host_cpu(),
+        "driver": g.get("driver"),
         "python": seen.get("python"),
+        "hostCpu": host_cpu(),
+        "gpuPowerLimitW": g.get("powerLimitW"),
+        "gpuMaxClocksMHz": _clocks(g),
+        "eccMode": g.get("eccMode"),
+        "migMode": g.get("migMode"),
     }
+    return {k: str(values[k]) for k in DIGEST_KEYS if values.get(k)}
+
+
+def collect_environment(
+    python: str,
+    env: dict[str, str] | None = None,
+    *,
+    gpus: list[dict[str, str | None]] | None = None,
+) -> dict[str, Any]:
+    """The whole environment.json for a run with `python` under `env` (see the module doc).
+
+    `gpus` is the host's nvidia-smi view (queried when not given); the first one's
+    configuration enters the digest: a host's GPUs are one model, configured alike.
+    """
+    seen = probe_python(python, env)
+    host_gpus = query_gpus() if gpus is None else gpus
     return {
         "gpu_name": seen.get("gpu_name"),
-        "software": {k: v for k, v in software.items() if v},
+        "software": software_facts(seen, host_gpus[0] if host_gpus else None),
+        "gpus": host_gpus,
         "gpuCount": seen.get("gpu_count"),
         "computeCapability": seen.get("capability"),
         "hostCpuCount": os.cpu_count(),

@@ -1,32 +1,37 @@
-"""Run the liger-kernel benchmark scripts of one release on this machine's GPU.
+"""Run a re-run campaign of liger-kernel release V (and its baseline V-1) on this host's GPUs.
 
-Plain Python, no Prefect (the GPU host needs only torch, triton and this package):
-`flows/gpu_rerun.py` wraps `run_rerun` as a flow, `kindex-etl rerun` and
-`python -m kindex_etl.gpu` call it directly.
+Plain Python, no Prefect: `flows/gpu_rerun.py` runs the same three steps with one Prefect task
+per script spread over the GPUs; `run_campaign` runs them one script after another (tests, and
+hosts without Prefect).
 
-What one run does, in order:
-1. fetch and verify the sdist of `version` (harness.fetch_sdist), unpack it in a scratch folder;
-2. make that exact liger-kernel importable (wheel / index via `pip --no-deps --target`, or the
-   sdist's src/) and check, in the interpreter that will run the scripts, that
-   `importlib.metadata.version("liger-kernel") == version`;
-3. probe the environment (environment.collect_environment) and refuse with `NoGPUError` when
-   torch is missing or sees no GPU (unless `require_gpu=False`, which only tests pass);
-4. run `benchmark_<kernel>.py --overwrite` for each kernel from the sdist's benchmark/scripts/,
-   each with a timeout (its process group is killed at the limit), stdout and stderr to
-   logs/benchmark_<kernel>.log, TZ=UTC so its timestamps are UTC, and LIGER_BENCH_TARGET /
-   LIGER_BENCH_PROVIDER_TAG unset so rows land in the usual file under the usual names;
-5. select the rows the scripts wrote (collect.new_rows) into benchmark.csv;
-6. write benchmark.csv, environment.json, run.json and logs/ to the output folder, and, when an
-   upstream URL is given, upload them to `reruns/<version>/<run-id>/` there, the CSV last (so an
-   ingest that sees the CSV also sees its environment.json).
+1. `prepare`: fetch and verify V's sdist (its harness measures both versions, so the only thing
+   that differs between A and B is the installed liger-kernel), make V and V-1 importable each
+   in its own folder (wheel or index via `pip --no-deps --target`, else an sdist's src/) and
+   check in the scripts' interpreter that each reports its own version; probe the environment
+   and refuse with `NoGPUError` when torch sees no GPU; plan the suite (suite.plan_suite: every
+   script unless told, skips with reasons, per-script timeouts); take this shard's scripts and
+   spread them over the GPUs (plan.balance).
+2. `run_script`: one script on one GPU (CUDA_VISIBLE_DEVICES), in a private copy of the
+   harness's benchmark/ folder (scripts upsert into its data file, so two scripts at once must
+   not share it), its (version, repeat) slots interleaved (plan.interleave). Each slot has its
+   own timeout (its process group is killed at the limit) and log; a slot that would start
+   after the campaign's time budget is skipped, not started. A failing or timed-out slot never
+   stops the others.
+3. `finish`: per (version, repeat), one folder with benchmark.csv (the rows its slots wrote,
+   collect.new_rows), environment.json, run.json and logs/, uploaded to
+   `reruns/<version>/<run-id>/` of the upstream, the CSV last (an ingest that sees the CSV also
+   sees its environment.json); and campaign.json with everything.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -38,59 +43,147 @@ from pathlib import Path
 from typing import Any
 
 from kindex_etl.errors import NoGPUError
-from kindex_etl.gpu import collect, harness
-from kindex_etl.gpu.environment import collect_environment
+from kindex_etl.gpu import collect, harness, plan
+from kindex_etl.gpu.environment import collect_environment, query_gpus
+from kindex_etl.gpu.suite import Script, Skipped, plan_suite
 
-# The kernels a re-run measures unless told otherwise: the RMSNorm pair (the Megatron layout
-# and the Llama one), which together take under a minute on an H200. Any kernel whose script
-# `benchmark/scripts/benchmark_<kernel>.py` ships in the sdist can be named instead.
-DEFAULT_KERNELS: tuple[str, ...] = ("megatron_rms_norm", "rms_norm")
-DEFAULT_SCRIPT_TIMEOUT_S = 1200.0
 RERUNS_PREFIX = "reruns/"
+DEFAULT_REPEATS = 3
 _UNSET_VARS = ("LIGER_BENCH_TARGET", "LIGER_BENCH_PROVIDER_TAG")
 
 
 @dataclass
-class ScriptResult:
+class SlotResult:
+    """One script, one version, one repeat."""
+
     kernel: str
     script: str
+    version: str
+    repeat: int
+    run_id: str
+    gpu: str | None
+    gpu_uuid: str | None
     log: str
-    returncode: int | None
-    seconds: float
+    returncode: int | None = None
+    seconds: float = 0.0
     timed_out: bool = False
     rows: int = 0
+    started_at: str | None = None
+    finished_at: str | None = None
+    skipped: str | None = None  # why the slot was not started
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out
+        return self.returncode == 0 and not self.timed_out and self.skipped is None
+
+    @property
+    def state(self) -> str:
+        if self.skipped:
+            return "skipped"
+        if self.timed_out:
+            return "timed out"
+        return "ok" if self.returncode == 0 else f"exit {self.returncode}"
 
 
 @dataclass
-class RerunResult:
-    version: str
+class RunRecord:
+    """One upload: one version, one repeat."""
+
     run_id: str
-    output_dir: str
-    started_at: str
-    finished_at: str
+    version: str
+    repeat: int
+    role: str  # "candidate" (V) or "baseline" (V-1)
     rows: int
-    scripts: list[ScriptResult]
-    environment: dict[str, Any]
-    sdist: dict[str, str]
-    kernels: list[str] = field(default_factory=list)
+    slots: list[SlotResult]
+    output_dir: str
     uploaded_to: str | None = None
     uploaded_keys: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.rows > 0 and all(s.ok for s in self.scripts)
+        return self.rows > 0 and all(s.ok for s in self.slots)
+
+
+@dataclass
+class CampaignResult:
+    campaign_id: str
+    version: str
+    baseline: str | None
+    repeats: int
+    shard_index: int
+    shard_count: int
+    host: str
+    gpus: list[str | None]
+    started_at: str
+    finished_at: str
+    runs: list[RunRecord]
+    skipped: list[Skipped]
+    environment: dict[str, Any]
+    sdist: dict[str, str]
+    output_dir: str
+
+    @property
+    def rows(self) -> int:
+        return sum(r.rows for r in self.runs)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.runs) and all(r.ok for r in self.runs)
+
+    @property
+    def run_ids(self) -> list[str]:
+        return [r.run_id for r in self.runs]
 
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["ok"] = self.ok
+        out.update(ok=self.ok, rows=self.rows, run_ids=self.run_ids)
         return out
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CampaignResult:
+        """The inverse of `as_dict` (what a flow run returns, or campaign.json)."""
+        fields = {k: v for k, v in data.items() if k not in ("ok", "rows", "run_ids")}
+        fields["runs"] = [
+            RunRecord(**(r | {"slots": [SlotResult(**s) for s in r["slots"]]}))
+            for r in data["runs"]
+        ]
+        fields["skipped"] = [Skipped(**s) for s in data["skipped"]]
+        return cls(**fields)
 
-def new_run_id(now: datetime | None = None) -> str:
+
+@dataclass
+class Prepared:
+    """Everything `run_script` and `finish` need; picklable (Prefect tasks receive it)."""
+
+    campaign_id: str
+    version: str
+    baseline: str | None
+    repeats: int
+    shard_index: int
+    shard_count: int
+    python: str
+    work: str
+    out: str
+    harness_root: str
+    libs: dict[str, str]  # version -> folder first on PYTHONPATH
+    environments: dict[str, dict[str, Any]]  # version -> environment.json
+    scripts: list[Script]
+    skipped: list[Skipped]
+    gpus: list[str | None]
+    assignment: dict[str, str | None]  # kernel -> GPU
+    slots: list[plan.Slot]
+    sdist: dict[str, str]
+    started_at: str
+    deadline: float | None  # time.time() after which no slot starts
+
+    def gpu_uuid(self, gpu: str | None) -> str | None:
+        for g in self.environments[self.version].get("gpus") or []:
+            if gpu is not None and g.get("index") == gpu:
+                return str(g.get("uuid")) if g.get("uuid") else None
+        return None
+
+
+def new_campaign_id(now: datetime | None = None) -> str:
     stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
     return f"{stamp}-{uuid.uuid4().hex[:8]}"
 
@@ -99,14 +192,28 @@ def rerun_prefix(version: str, run_id: str) -> str:
     return f"{RERUNS_PREFIX}{version}/{run_id}/"
 
 
-def child_env(libdir: Path, base: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(
+    libdir: Path | str,
+    *,
+    harness_root: Path | str | None = None,
+    gpu: str | None = None,
+    base: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The scripts' environment: this version's liger first, then the sdist root (its `test`
+    package, which some scripts import), TZ=UTC for their timestamps, pinned to `gpu`."""
     env = dict(os.environ if base is None else base)
     for name in _UNSET_VARS:
         env.pop(name, None)
-    old = env.get("PYTHONPATH")
-    env["PYTHONPATH"] = str(libdir) + (os.pathsep + old if old else "")
+    parts = [str(libdir)]
+    if harness_root is not None:
+        parts.append(str(harness_root))
+    if env.get("PYTHONPATH"):
+        parts.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(parts)
     env["TZ"] = "UTC"
     env["PYTHONUNBUFFERED"] = "1"
+    if gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
     return env
 
 
@@ -123,26 +230,160 @@ def check_gpu(environment: dict[str, Any]) -> None:
     )
 
 
-def _run_script(
+def detect_gpus(environment: dict[str, Any]) -> list[str | None]:
+    """The GPUs this process may use: CUDA_VISIBLE_DEVICES if set, else every GPU seen."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        return [g.strip() for g in visible.split(",") if g.strip()]
+    listed = [str(g["index"]) for g in environment.get("gpus") or [] if g.get("index")]
+    if listed:
+        return list(listed)
+    count = environment.get("gpuCount")
+    return [str(i) for i in range(count)] if isinstance(count, int) and count > 0 else [None]
+
+
+def _install(
+    version: str,
+    target: Path,
+    *,
+    wheel: str | os.PathLike[str] | None,
+    sdist: str | os.PathLike[str] | None,
+    use_pip_index: bool,
     python: str,
-    script: Path,
-    args: Sequence[str],
-    env: dict[str, str],
-    log_path: Path,
-    timeout_s: float,
+    cache: str | os.PathLike[str] | None,
+    pypi: str | None,
+    harness_root: Path | None,
+) -> Path:
+    if wheel is not None or use_pip_index:
+        return harness.install_liger(
+            version, target, wheel=wheel, use_pip_index=use_pip_index, python=python
+        )
+    if harness_root is not None:
+        return harness.install_liger(version, target, sdist_root=harness_root, python=python)
+    sd = harness.fetch_sdist(version, sdist=sdist, cache=cache, pypi=pypi)
+    root = harness.extract_sdist(sd, target.parent / f"sdist-{version}")
+    return harness.install_liger(version, target, sdist_root=root, python=python)
+
+
+def prepare(
+    version: str,
+    *,
+    baseline: str | None = None,
+    kernels: Sequence[str] | None = None,
+    repeats: int = DEFAULT_REPEATS,
+    sdist: str | os.PathLike[str] | None = None,
+    sdist_sha256: str | None = None,
+    wheel: str | os.PathLike[str] | None = None,
+    baseline_sdist: str | os.PathLike[str] | None = None,
+    baseline_wheel: str | os.PathLike[str] | None = None,
+    use_pip_index: bool = False,
+    output_dir: str | os.PathLike[str] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+    python: str | None = None,
+    gpus: Sequence[str] | None = None,
+    shard_index: int = 0,
+    shard_count: int = 1,
+    script_timeout_s: float | None = None,
+    budget_s: float | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    pypi: str | None = None,
+    campaign_id: str | None = None,
+) -> Prepared:
+    """Step 1 (see the module doc). Raises NoGPUError, HarnessError or ValueError."""
+    py = python or sys.executable
+    work = Path(workdir) if workdir is not None else harness.scratch_dir()
+    out = Path(output_dir) if output_dir is not None else work / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    campaign_id = campaign_id or new_campaign_id()
+    started = datetime.now(UTC)
+
+    sd = harness.fetch_sdist(version, sdist=sdist, sha256=sdist_sha256, cache=cache, pypi=pypi)
+    root = harness.extract_sdist(sd, work / "sdist")
+    libs = {
+        version: _install(
+            version, work / f"site-{version}", wheel=wheel, sdist=None,
+            use_pip_index=use_pip_index, python=py, cache=cache, pypi=pypi,
+            harness_root=None if wheel is not None or use_pip_index else root,
+        )
+    }  # fmt: skip
+    if baseline is not None:
+        libs[baseline] = _install(
+            baseline, work / f"site-{baseline}", wheel=baseline_wheel, sdist=baseline_sdist,
+            use_pip_index=use_pip_index and baseline_wheel is None, python=py, cache=cache,
+            pypi=pypi, harness_root=None,
+        )  # fmt: skip
+    host_gpus = query_gpus()
+    environments = {}
+    for v, lib in libs.items():
+        environment = collect_environment(py, child_env(lib, harness_root=root), gpus=host_gpus)
+        check_gpu(environment)
+        if environment.get("ligerKernel") != v:
+            raise harness.HarnessError(
+                f"the scripts would import liger-kernel {environment.get('ligerKernel')!r} "
+                f"({environment.get('ligerKernelPath') or environment.get('probe')}), not {v}"
+            )
+        environments[v] = environment
+    env = environments[version]
+
+    scripts_dir = root / "benchmark" / "scripts"
+    suite, skipped = plan_suite(
+        scripts_dir,
+        kernels=list(kernels) if kernels else None,
+        python=py,
+        env=child_env(libs[version], harness_root=root),
+        capability=env.get("computeCapability"),
+        timeout_override_s=script_timeout_s,
+    )
+    slots = plan.slots(campaign_id, version, baseline, repeats, (shard_index, shard_count))
+    weights = [(s.kernel, s.expected_s * len(slots)) for s in suite]
+    mine = set(plan.shard(weights, shard_index, shard_count))
+    suite = [s for s in suite if s.kernel in mine]
+    gpu_list: list[str | None] = list(gpus) if gpus else detect_gpus(env)
+    per_gpu = plan.balance([(s.kernel, s.expected_s) for s in suite], len(gpu_list))
+    assignment = {k: gpu_list[i] for i, names in enumerate(per_gpu) for k in names}
+    return Prepared(
+        campaign_id=campaign_id,
+        version=version,
+        baseline=baseline,
+        repeats=repeats,
+        shard_index=shard_index,
+        shard_count=shard_count,
+        python=py,
+        work=str(work),
+        out=str(out),
+        harness_root=str(root),
+        libs={v: str(p) for v, p in libs.items()},
+        environments=environments,
+        scripts=suite,
+        skipped=skipped,
+        gpus=gpu_list,
+        assignment=assignment,
+        slots=slots,
+        sdist={"source": sd.source, "sha256": sd.sha256, "file": sd.path.name},
+        started_at=started.isoformat(timespec="seconds"),
+        deadline=time.time() + budget_s if budget_s is not None else None,
+    )
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _run_process(
+    cmd: Sequence[str], cwd: Path, env: dict[str, str], log_path: Path, timeout_s: float
 ) -> tuple[int | None, float, bool]:
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [python, script.name, *args]
     start = time.monotonic()
     timed_out = False
     with log_path.open("w", encoding="utf-8") as log:
-        log.write(f"# cwd: {script.parent}\n# command: {' '.join(cmd)}\n")
+        log.write(f"# cwd: {cwd}\n# command: {' '.join(cmd)}\n")
         log.write(f"# PYTHONPATH: {env.get('PYTHONPATH', '')}\n")
-        log.write(f"# started: {datetime.now(UTC).isoformat(timespec='seconds')}\n")
+        log.write(f"# CUDA_VISIBLE_DEVICES: {env.get('CUDA_VISIBLE_DEVICES', '(all)')}\n")
+        log.write(f"# timeout: {timeout_s:.0f} s\n# started: {_now()}\n")
         log.flush()
         proc = subprocess.Popen(
-            cmd,
-            cwd=script.parent,
+            list(cmd),
+            cwd=cwd,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -163,123 +404,148 @@ def _run_script(
     return returncode, seconds, timed_out
 
 
-def available_kernels(scripts_dir: Path) -> list[str]:
-    return sorted(p.stem[len("benchmark_") :] for p in scripts_dir.glob("benchmark_*.py"))
+def run_folder(prep: Prepared, version: str, run_id: str) -> Path:
+    return Path(prep.out) / "runs" / version / run_id
 
 
-def run_rerun(
-    version: str,
-    *,
-    kernels: Sequence[str] | None = None,
-    sdist: str | os.PathLike[str] | None = None,
-    sdist_sha256: str | None = None,
-    wheel: str | os.PathLike[str] | None = None,
-    use_pip_index: bool = False,
-    upstream: str | None = None,
-    output_dir: str | os.PathLike[str] | None = None,
-    workdir: str | os.PathLike[str] | None = None,
-    python: str | None = None,
-    script_timeout_s: float = DEFAULT_SCRIPT_TIMEOUT_S,
-    script_args: Sequence[str] = ("--overwrite",),
-    cache: str | os.PathLike[str] | None = None,
-    pypi: str | None = None,
-    run_id: str | None = None,
-    require_gpu: bool = True,
-) -> RerunResult:
-    """Measure `kernels` of liger-kernel `version` here; see the module doc.
-
-    `require_gpu=False` skips the GPU refusal. It exists for the CPU test suite's stand-in
-    harness only; a real re-run never passes it.
-    """
-    py = python or sys.executable
-    kernels = list(kernels or DEFAULT_KERNELS)
-    work = Path(workdir) if workdir is not None else harness.scratch_dir()
-    out = Path(output_dir) if output_dir is not None else work / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    run_id = run_id or new_run_id()
-
-    sd = harness.fetch_sdist(version, sdist=sdist, sha256=sdist_sha256, cache=cache, pypi=pypi)
-    root = harness.extract_sdist(sd, work / "sdist")
-    scripts_dir = root / "benchmark" / "scripts"
-    missing = [k for k in kernels if not (scripts_dir / f"benchmark_{k}.py").is_file()]
-    if missing:
-        raise ValueError(
-            f"liger-kernel {version} ships no benchmark script for {', '.join(missing)}; "
-            f"it has: {', '.join(available_kernels(scripts_dir))}"
+def run_script(
+    prep: Prepared, script: Script, gpu: str | None, script_args: Sequence[str] = ("--overwrite",)
+) -> list[SlotResult]:
+    """Step 2 (see the module doc): every slot of `script`, interleaved, on `gpu`."""
+    task_dir = Path(prep.work) / "tasks" / script.kernel
+    shutil.rmtree(task_dir, ignore_errors=True)
+    shutil.copytree(Path(prep.harness_root) / "benchmark", task_dir / "benchmark")
+    cwd = task_dir / "benchmark" / "scripts"
+    data_path = task_dir / "benchmark" / "data" / "all_benchmark_data.csv"
+    results = []
+    last_finished = 0.0
+    for slot in prep.slots:
+        env_facts = prep.environments[slot.version]
+        log_name = f"logs/{Path(script.name).stem}.log"
+        result = SlotResult(
+            kernel=script.kernel, script=script.name, version=slot.version,
+            repeat=slot.repeat, run_id=slot.run_id, gpu=gpu, gpu_uuid=prep.gpu_uuid(gpu),
+            log=log_name,
+        )  # fmt: skip
+        if prep.deadline is not None and time.time() + script.expected_s > prep.deadline:
+            result.skipped = "the campaign's time budget would be exceeded"
+            results.append(result)
+            continue
+        env = child_env(prep.libs[slot.version], harness_root=prep.harness_root, gpu=gpu)
+        # A run's identity is its timestamp to the second: two slots of one script must never
+        # share a second (only sub-second stand-ins ever wait here).
+        time.sleep(max(0.0, math.floor(last_finished) + 1 - time.time()))
+        before = data_path.read_bytes() if data_path.is_file() else b""
+        started = datetime.now(UTC)
+        result.started_at = started.isoformat(timespec="milliseconds")
+        rc, seconds, timed_out = _run_process(
+            [prep.python, script.name, *script_args],
+            cwd,
+            env,
+            run_folder(prep, slot.version, slot.run_id) / log_name,
+            script.timeout_s,
         )
-    libdir = harness.install_liger(
-        version, work / "site", sdist_root=root, wheel=wheel, use_pip_index=use_pip_index, python=py
+        result.finished_at = _now()
+        last_finished = time.time()
+        after = data_path.read_bytes() if data_path.is_file() else b""
+        rows = collect.new_rows(
+            before, after, started=started, version=slot.version,
+            gpu_name=env_facts.get("gpu_name"),
+        )  # fmt: skip
+        part = run_folder(prep, slot.version, slot.run_id) / "parts" / f"{script.kernel}.csv"
+        part.parent.mkdir(parents=True, exist_ok=True)
+        part.write_bytes(collect.to_csv(rows))
+        result.returncode, result.seconds, result.timed_out = rc, round(seconds, 3), timed_out
+        result.rows = len(rows)
+        results.append(result)
+    return results
+
+
+def finish(
+    prep: Prepared, results: Sequence[SlotResult], upstream: str | None = None
+) -> CampaignResult:
+    """Step 3 (see the module doc)."""
+    runs = []
+    for slot in prep.slots:
+        folder = run_folder(prep, slot.version, slot.run_id)
+        folder.mkdir(parents=True, exist_ok=True)
+        mine = sorted((r for r in results if r.run_id == slot.run_id), key=lambda r: r.kernel)
+        rows: list[dict[str, str]] = []
+        for r in mine:
+            part = folder / "parts" / f"{r.kernel}.csv"
+            if part.is_file():
+                rows += collect.read_rows(part.read_bytes())
+        shutil.rmtree(folder / "parts", ignore_errors=True)
+        env = dict(prep.environments[slot.version])
+        if not env.get("gpu_name"):
+            names = sorted({r.get("gpu_name", "") for r in rows} - {""})
+            if len(names) == 1:
+                env["gpu_name"] = names[0]
+        env["gpusUsed"] = sorted({str(r.gpu) for r in mine if r.gpu is not None})
+        (folder / "benchmark.csv").write_bytes(collect.to_csv(rows))
+        (folder / "environment.json").write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
+        role = "candidate" if slot.version == prep.version else "baseline"
+        runs.append(
+            RunRecord(slot.run_id, slot.version, slot.repeat, role, len(rows), mine, str(folder))
+        )
+    result = CampaignResult(
+        campaign_id=prep.campaign_id,
+        version=prep.version,
+        baseline=prep.baseline,
+        repeats=prep.repeats,
+        shard_index=prep.shard_index,
+        shard_count=prep.shard_count,
+        host=socket.gethostname(),
+        gpus=prep.gpus,
+        started_at=prep.started_at,
+        finished_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        runs=runs,
+        skipped=prep.skipped,
+        environment=prep.environments[prep.version],
+        sdist=prep.sdist,
+        output_dir=prep.out,
     )
-    env = child_env(libdir)
-    environment = collect_environment(py, env)
-    if require_gpu:
-        check_gpu(environment)
-    if environment.get("ligerKernel") != version:
-        raise harness.HarnessError(
-            f"the scripts would import liger-kernel {environment.get('ligerKernel')!r} "
-            f"({environment.get('ligerKernelPath') or environment.get('probe')}), not {version}"
-        )
-
-    data_path = collect.data_file(root)
-    before = data_path.read_bytes() if data_path.is_file() else b""
-    started = datetime.now(UTC)
-    results: list[ScriptResult] = []
-    for kernel in kernels:
-        script = scripts_dir / f"benchmark_{kernel}.py"
-        log_name = f"logs/{script.stem}.log"
-        snapshot = data_path.read_bytes() if data_path.is_file() else b""
-        rc, seconds, timed_out = _run_script(
-            py, script, script_args, env, out / log_name, script_timeout_s
-        )
-        after_one = data_path.read_bytes() if data_path.is_file() else b""
-        rows_one = collect.new_rows(
-            snapshot, after_one, started=started, version=version, gpu_name=None
-        )
-        results.append(
-            ScriptResult(
-                kernel, script.name, log_name, rc, round(seconds, 3), timed_out, len(rows_one)
-            )
-        )
-    after = data_path.read_bytes() if data_path.is_file() else b""
-    rows = collect.new_rows(
-        before, after, started=started, version=version, gpu_name=environment.get("gpu_name")
+    for run in runs:
+        write_manifest(result, run)
+        if upstream:
+            upload(result, run, upstream)
+    (Path(prep.out) / "campaign.json").write_text(
+        json.dumps(result.as_dict(), indent=2, sort_keys=True) + "\n"
     )
-    if not environment.get("gpu_name"):
-        names = sorted({r.get("gpu_name", "") for r in rows} - {""})
-        if len(names) == 1:
-            environment["gpu_name"] = names[0]
-    finished = datetime.now(UTC)
-
-    result = RerunResult(
-        version=version,
-        run_id=run_id,
-        output_dir=str(out),
-        started_at=started.isoformat(timespec="seconds"),
-        finished_at=finished.isoformat(timespec="seconds"),
-        rows=len(rows),
-        scripts=results,
-        environment=environment,
-        sdist={"source": sd.source, "sha256": sd.sha256, "file": sd.path.name},
-        kernels=kernels,
-    )
-    (out / "benchmark.csv").write_bytes(collect.to_csv(rows))
-    (out / "environment.json").write_text(json.dumps(environment, indent=2, sort_keys=True) + "\n")
-    write_manifest(result)
-    if upstream:
-        upload(result, upstream)
     return result
 
 
-def write_manifest(result: RerunResult) -> None:
-    """run.json: what ran, how it went, the sdist's sha256, where it was uploaded."""
-    data = result.as_dict()
-    for key in ("environment", "output_dir", "uploaded_keys"):
-        data.pop(key, None)
-    Path(result.output_dir, "run.json").write_text(json.dumps(data, indent=2) + "\n")
+def manifest(result: CampaignResult, run: RunRecord) -> dict[str, Any]:
+    """run.json: what this run measured, how each script went, where it sits in its campaign."""
+    return {
+        "campaignId": result.campaign_id,
+        "runId": run.run_id,
+        "version": run.version,
+        "role": run.role,
+        "repeat": run.repeat,
+        "repeats": result.repeats,
+        "candidate": result.version,
+        "baseline": result.baseline,
+        "harness": {"version": result.version, **result.sdist},
+        "shard": {"index": result.shard_index, "count": result.shard_count},
+        "host": result.host,
+        "gpus": result.gpus,
+        "rows": run.rows,
+        "ok": run.ok,
+        "scripts": [asdict(s) | {"state": s.state} for s in run.slots],
+        "skipped": [asdict(s) for s in result.skipped],
+        "startedAt": result.started_at,
+        "finishedAt": result.finished_at,
+        "uploadedTo": run.uploaded_to,
+    }
 
 
-def upload(result: RerunResult, upstream: str) -> list[str]:
-    """Copy the output folder to `reruns/<version>/<run-id>/` of the upstream store.
+def write_manifest(result: CampaignResult, run: RunRecord) -> None:
+    Path(run.output_dir, "run.json").write_text(json.dumps(manifest(result, run), indent=2) + "\n")
+
+
+def upload(result: CampaignResult, run: RunRecord, upstream: str) -> list[str]:
+    """Copy one run's folder to `reruns/<version>/<run-id>/` of the upstream store.
 
     Logs, environment.json and run.json go first and benchmark.csv last; a run with no rows
     uploads no CSV (there is nothing to ingest), but its logs still land for reading.
@@ -287,17 +553,32 @@ def upload(result: RerunResult, upstream: str) -> list[str]:
     from kindex_etl.storage import open_store
 
     store = open_store(upstream, create=True)
-    out = Path(result.output_dir)
-    prefix = rerun_prefix(result.version, result.run_id)
-    result.uploaded_to = store.url.rstrip("/") + "/" + prefix
-    write_manifest(result)
+    out = Path(run.output_dir)
+    prefix = rerun_prefix(run.version, run.run_id)
+    run.uploaded_to = store.url.rstrip("/") + "/" + prefix
+    write_manifest(result, run)
     files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "benchmark.csv")
-    if result.rows > 0 and (out / "benchmark.csv").is_file():
+    if run.rows > 0:
         files.append(out / "benchmark.csv")
     keys = []
     for path in files:
         key = prefix + path.relative_to(out).as_posix()
         store.put_bytes(key, path.read_bytes())
         keys.append(key)
-    result.uploaded_keys = keys
+    run.uploaded_keys = keys
     return keys
+
+
+def run_campaign(
+    version: str,
+    *,
+    upstream: str | None = None,
+    script_args: Sequence[str] = ("--overwrite",),
+    **kwargs: Any,
+) -> CampaignResult:
+    """prepare, every script in turn on its assigned GPU, finish: the campaign without Prefect."""
+    prep = prepare(version, **kwargs)
+    results: list[SlotResult] = []
+    for script in prep.scripts:
+        results += run_script(prep, script, prep.assignment[script.kernel], script_args)
+    return finish(prep, results, upstream)

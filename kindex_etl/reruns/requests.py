@@ -46,9 +46,6 @@ from kindex_etl.storage import NotFound, ObjectStore, PreconditionFailed
 
 EVENT_NAME = "kindex.liger_version.released"
 RESOURCE_PREFIX = "kindex.liger-version."
-STATES = (
-    "requested", "started", "failed-to-start", "announced", "manual", "succeeded", "failed"
-)  # fmt: skip
 
 RunDeployment = Callable[..., Any]
 EmitEvent = Callable[..., Any]
@@ -121,12 +118,19 @@ def read_record(store: ObjectStore, version: str) -> tuple[dict[str, Any], str] 
 
 def update_record(store: ObjectStore, version: str, **changes: Any) -> dict[str, Any] | None:
     """Merge `changes` into the record (read, then put with if_match; retried on a lost race)."""
+    return change_record(store, version, lambda record: record.update(changes))
+
+
+def change_record(
+    store: ObjectStore, version: str, change: Callable[[dict[str, Any]], None]
+) -> dict[str, Any] | None:
+    """Apply `change` to the record in place and write it back with if_match (retried)."""
     for _ in range(10):
         found = read_record(store, version)
         if found is None:
             return None
         record, etag = found
-        record.update(changes)
+        change(record)
         record["updatedAt"] = utcnow()
         try:
             store.put_bytes(record_key(version), _dump(record), if_match=etag)
@@ -308,8 +312,34 @@ def on_new_versions(
     return out
 
 
-def mark_finished(warehouse_url: str, version: str, **facts: Any) -> dict[str, Any] | None:
-    """Let the re-run report back into its request (state succeeded/failed, runId, ...)."""
-    from kindex_etl.storage import open_store
+def mark_finished(
+    warehouse_url: str,
+    version: str,
+    *,
+    shard_index: int,
+    shard_count: int,
+    ok: bool,
+    outcome: dict[str, Any],
+) -> dict[str, Any] | None:
+    """Let one shard of the re-run report back into its request.
 
-    return update_record(open_store(warehouse_url), version, **facts)
+    Each shard's outcome (campaignId, runIds, uploadedTo, rows, finishedAt) lands under
+    `shards.<index>`; the record's `state` is `running` until every shard has reported, then
+    `succeeded` when all were ok, else `failed`. `runIds` lists every shard's run ids.
+    """
+    from kindex_etl.load.warehouse import open_warehouse
+
+    def change(record: dict[str, Any]) -> None:
+        shards = dict(record.get("shards") or {})
+        shards[str(shard_index)] = {**outcome, "ok": ok}
+        record["shards"] = shards
+        record["shardCount"] = shard_count
+        record["runId"] = outcome.get("campaignId")
+        record["runIds"] = [i for s in shards.values() for i in s.get("runIds", [])]
+        record["rows"] = sum(int(s.get("rows") or 0) for s in shards.values())
+        if len(shards) < shard_count:
+            record["state"] = "running"
+        else:
+            record["state"] = "succeeded" if all(s["ok"] for s in shards.values()) else "failed"
+
+    return change_record(open_warehouse(warehouse_url, create=False).store, version, change)

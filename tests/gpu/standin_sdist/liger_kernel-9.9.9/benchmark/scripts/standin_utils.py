@@ -27,7 +27,8 @@ GPU = os.environ.get("STANDIN_GPU_NAME", "NVIDIA H200")
 
 
 def key(row):
-    return (*(row[c] for c in COLUMNS[:8]), row["extra_benchmark_config_str"], row["gpu_name"])
+    # As upstream's update_benchmark_data_csv: the version is not part of the key.
+    return (*(str(row[c]) for c in COLUMNS[:8]), row["extra_benchmark_config_str"], row["gpu_name"])
 
 
 def upsert(rows):
@@ -73,3 +74,28 @@ def fail_if_asked(name):
         sys.exit(3)
     if os.environ.get("STANDIN_HANG") == name:
         time.sleep(600)
+
+
+def generic(kernel):
+    """A stand-in script of `kernel`: 4 speed rows over x in (1024, 2048), after STANDIN_SLEEP s.
+
+    It appends what it saw (CUDA_VISIBLE_DEVICES, start and end) to STANDIN_TRACE, if set, so
+    tests can check which GPU it ran on and when.
+    """
+    fail_if_asked(kernel)
+    start = time.time()
+    time.sleep(float(os.environ.get("STANDIN_SLEEP", "0")))
+    config = '{"hidden_size": 4096, "dtype": "torch.bfloat16"}'
+    rows = [
+        row(kernel, provider, mode, "speed", "ms", "T", "Sequence length", t, t / 1e5, config)
+        for mode in ("forward", "full")
+        for provider in ("liger",)
+        for t in (1024, 2048)
+    ]
+    upsert(rows)
+    trace = os.environ.get("STANDIN_TRACE")
+    if trace:
+        with open(trace, "a") as fh:
+            gpu = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+            fh.write(f"{kernel},{version('liger-kernel')},{gpu},{start},{time.time()}\n")
+    print(f"stand-in {kernel}: {len(rows)} rows on GPU {os.environ.get('CUDA_VISIBLE_DEVICES')}")

@@ -1,0 +1,6 @@
+"""STAND-IN benchmark_geglu.py: writes rows in the upstream schema, computes nothing."""
+
+from standin_utils import generic
+
+if __name__ == "__main__":
+    generic("geglu")

@@ -1,0 +1,3 @@
+"""STAND-IN helper module named like a script: no __main__, so never run."""
+
+MODELS = {"tiny": 1}
