@@ -19,6 +19,7 @@ from prefect import allow_failure, flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NONE
 from prefect.concurrency.sync import concurrency
+from prefect.states import Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from kindex_etl.gpu import runner
@@ -80,14 +81,18 @@ def report_task(warehouse: str, result: runner.CampaignResult) -> None:
     report_back(warehouse, result)
 
 
-@flow(name="kindex-gpu-rerun", log_prints=False, task_runner=ThreadPoolTaskRunner(MAX_THREADS))
+@flow(
+    name="kindex-gpu-rerun",
+    log_prints=False,
+    task_runner=ThreadPoolTaskRunner(MAX_THREADS),  # type: ignore[arg-type]
+)
 def gpu_rerun_flow(
     liger_version: str,
     baseline_version: str | None = None,
     upstream: str | None = None,
     warehouse: str | None = None,
     kernels: list[str] | None = None,
-    repeats: int = runner.DEFAULT_REPEATS,
+    repeats: int | None = None,
     gpus: list[str] | None = None,
     shard_index: int = 0,
     shard_count: int = 1,
@@ -100,7 +105,7 @@ def gpu_rerun_flow(
     workdir: str | None = None,
     output_dir: str | None = None,
     campaign_id: str | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Any] | State:
     """Measure every script (or `kernels`) of `liger_version`, and of `baseline_version` with
     the same harness, interleaved, `repeats` times; this flow run does shard `shard_index`.
 
@@ -130,7 +135,7 @@ def gpu_rerun_flow(
     for script in prep.scripts:
         gpu = prep.assignment[script.kernel]
         before = [allow_failure(last[gpu])] if gpu in last else []
-        last[gpu] = script_task.submit(prep, script, gpu, wait_for=before)
+        last[gpu] = script_task.submit(prep, script, gpu, wait_for=before)  # type: ignore[call-overload]
         futures.append(last[gpu])
     results: list[runner.SlotResult] = []
     for future in futures:
@@ -147,9 +152,12 @@ def gpu_rerun_flow(
     if warehouse:
         report_task(warehouse, result)
     if not result.ok:
-        failed = sorted({f"{s.script} ({s.state})" for r in result.runs for s in r.slots if not s.ok})
-        raise RuntimeError(
-            f"campaign {result.campaign_id} of {liger_version}: {result.rows} rows; "
-            f"not ok: {', '.join(failed) or 'no rows'}"
+        slots = [s for r in result.runs for s in r.slots]
+        failed = sorted({f"{s.script} ({s.state})" for s in slots if not s.ok})
+        # A Failed state that still carries the campaign: callers read what was uploaded.
+        return Failed(
+            message=f"campaign {result.campaign_id} of {liger_version}: {result.rows} rows; "
+            f"not ok: {', '.join(failed) or 'no rows'}",
+            data=result.as_dict(),
         )
     return result.as_dict()

@@ -3,6 +3,8 @@
     KINDEX_UPSTREAM          where upstream CSVs are (directory or s3://bucket[/prefix])
     KINDEX_WAREHOUSE         where the warehouse is (directory or s3://bucket[/prefix])
     KINDEX_RERUN_DEPLOYMENT  the Prefect deployment that runs GPU re-runs ("flow/deployment")
+    KINDEX_RERUN_SHARDS      flow runs (GPU hosts) one re-run is split over (default 1)
+    KINDEX_RERUN_REPEATS     runs of each version a re-run makes, interleaved (default 3)
     KINDEX_CATALOG_DIR       a directory whose gpus.json / kernels.json override the packaged ones
     KINDEX_ORPHAN_GRACE_S    staging older than this with no commit is removed (seconds)
     KINDEX_PYPI_URL          the package index (Simple API) GPU re-runs fetch sdists from
@@ -15,6 +17,7 @@ the work pools. Credentials are never configured here: S3 access uses the standa
 
 from __future__ import annotations
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PYPI_URL = "https://pypi.org/simple"
@@ -26,6 +29,8 @@ class Settings(BaseSettings):
     upstream: str = "upstream"
     warehouse: str = "warehouse"
     rerun_deployment: str = "kindex-gpu-rerun/gpu-rerun"
+    rerun_shards: int = Field(default=1, ge=1)
+    rerun_repeats: int = Field(default=3, ge=1)
     catalog_dir: str | None = None
     orphan_grace_s: float = 3600.0
     pypi_url: str = DEFAULT_PYPI_URL

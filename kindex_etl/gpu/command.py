@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kindex_etl.errors import HarnessError, NoGPUError
-from kindex_etl.gpu.runner import DEFAULT_REPEATS, CampaignResult, run_campaign
+from kindex_etl.gpu.runner import CampaignResult, run_campaign
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,8 +31,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warehouse", default=None,
                    help="warehouse whose re-run request record gets the outcome")  # fmt: skip
     p.add_argument("--kernels", default=None, help="comma-separated kernels (default: all)")
-    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS,
-                   help=f"runs of each version, interleaved (default {DEFAULT_REPEATS})")  # fmt: skip
+    p.add_argument("--repeats", type=int, default=None,
+                   help="runs of each version, interleaved (KINDEX_RERUN_REPEATS, 3)")  # fmt: skip
     p.add_argument("--gpus", default=None, help="comma-separated GPU indices (default: all)")
     p.add_argument("--shard-index", type=int, default=0, help="this shard (0-based)")
     p.add_argument("--shard-count", type=int, default=1, help="shards of the campaign")
@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workdir", default=None, help="scratch folder (sdist, installs)")
     p.add_argument("--python", default=None, help="interpreter that runs the scripts")
     p.add_argument("--timeout", type=float, default=None,
-                   help="seconds per script for every script (default: sized per script)")  # fmt: skip
+                   help="seconds for every script (default: sized per script)")  # fmt: skip
     p.add_argument("--budget", type=float, default=None,
                    help="start no script after this many seconds")  # fmt: skip
     p.add_argument("--cache-dir", default=None, help="sdist cache (KINDEX_SDIST_CACHE)")
@@ -54,7 +54,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--campaign-id", default=None)
     p.add_argument("--no-prefect", action="store_true", help="run without Prefect, serially")
     p.add_argument("--plan-only", action="store_true",
-                   help="prepare and print the plan (scripts, skips, GPUs, slots); run nothing")  # fmt: skip
+                   help="print the plan (scripts, skips, GPUs, slots); run nothing")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -98,16 +98,11 @@ def _run(args: argparse.Namespace) -> CampaignResult:
         args.version, baseline_version=args.baseline, upstream=args.upstream,
         warehouse=args.warehouse, return_state=True, **_common(args),
     )  # fmt: skip
-    if state.is_completed():
-        return CampaignResult.from_dict(state.result())
-    # The flow raises when a script failed, after uploading and reporting: read what it wrote.
-    from pathlib import Path
-
-    out = Path(args.output_dir) if args.output_dir else None
-    if out is not None and (out / "campaign.json").is_file():
-        return CampaignResult.from_dict(json.loads((out / "campaign.json").read_text()))
+    data = state.result(raise_on_failure=False)
+    if isinstance(data, dict) and "campaign_id" in data:
+        return CampaignResult.from_dict(data)
     state.result()  # re-raises the flow's own error (NoGPUError, HarnessError, ...)
-    raise RuntimeError("the re-run flow failed before it wrote a campaign")
+    raise RuntimeError(f"the re-run flow ended {state.type.value} without a campaign")
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -115,10 +110,9 @@ def _plan(args: argparse.Namespace) -> int:
 
     from kindex_etl.gpu.runner import prepare
 
-    common = _common(args)
     prep = prepare(
         args.version, baseline=args.baseline, sdist_sha256=args.sha256, use_pip_index=args.pip,
-        python=args.python, cache=args.cache_dir, pypi=args.pypi_url, **common,
+        python=args.python, cache=args.cache_dir, pypi=args.pypi_url, **_common(args),
     )  # fmt: skip
     plan = {
         "scripts": [asdict(s) | {"gpu": prep.assignment[s.kernel]} for s in prep.scripts],
@@ -151,8 +145,8 @@ def run_from_args(args: argparse.Namespace) -> int:
             print(f"  {run.run_id}: {run.rows} rows -> {run.uploaded_to or run.output_dir}")
             for s in run.slots:
                 print(f"    {s.script} on GPU {s.gpu}: {s.state}, {s.rows} rows, {s.seconds:.1f} s")
-        for s in result.skipped:
-            print(f"  skipped {s.name}: {s.reason}")
+        for skip in result.skipped:
+            print(f"  skipped {skip.name}: {skip.reason}")
     return 0 if result.ok else 1
 
 

@@ -1,4 +1,4 @@
-"""What a campaign shows people: the per-script table (a Prefect artifact, the CLI) and a summary."""
+"""What a campaign shows people: the per-script table (a Prefect artifact) and a summary."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def slot_table(result: CampaignResult) -> list[dict[str, Any]]:
                 }
             )
     rows.sort(key=lambda r: (str(r["gpu"]), r["started"] or "", r["script"]))
-    for s in result.skipped:
-        rows.append({"script": s.name, "state": "skipped", "reason": s.reason})
+    for skip in result.skipped:
+        rows.append({"script": skip.name, "state": "skipped", "reason": skip.reason})
     return rows
 
 
@@ -45,9 +45,8 @@ def markdown(result: CampaignResult) -> str:
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for r in result.runs:
-        lines.append(
-            f"| {r.run_id} | {r.version} | {r.repeat} | {r.rows} | {r.ok} | {r.uploaded_to or '-'} |"
-        )
+        where = r.uploaded_to or "-"
+        lines.append(f"| {r.run_id} | {r.version} | {r.repeat} | {r.rows} | {r.ok} | {where} |")
     if result.skipped:
         lines += ["", "Skipped:"] + [f"- {s.name}: {s.reason}" for s in result.skipped]
     software = env.get("software") or {}

@@ -48,7 +48,6 @@ from kindex_etl.gpu.environment import collect_environment, query_gpus
 from kindex_etl.gpu.suite import Script, Skipped, plan_suite
 
 RERUNS_PREFIX = "reruns/"
-DEFAULT_REPEATS = 3
 _UNSET_VARS = ("LIGER_BENCH_TARGET", "LIGER_BENCH_PROVIDER_TAG")
 
 
@@ -270,7 +269,7 @@ def prepare(
     *,
     baseline: str | None = None,
     kernels: Sequence[str] | None = None,
-    repeats: int = DEFAULT_REPEATS,
+    repeats: int | None = None,
     sdist: str | os.PathLike[str] | None = None,
     sdist_sha256: str | None = None,
     wheel: str | os.PathLike[str] | None = None,
@@ -290,7 +289,10 @@ def prepare(
     campaign_id: str | None = None,
 ) -> Prepared:
     """Step 1 (see the module doc). Raises NoGPUError, HarnessError or ValueError."""
+    from kindex_etl.config import settings
+
     py = python or sys.executable
+    repeats = repeats if repeats is not None else settings().rerun_repeats
     work = Path(workdir) if workdir is not None else harness.scratch_dir()
     out = Path(output_dir) if output_dir is not None else work / "out"
     out.mkdir(parents=True, exist_ok=True)

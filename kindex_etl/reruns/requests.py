@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import socket
 from collections.abc import Callable, Iterable
@@ -41,14 +40,9 @@ from packaging.version import Version
 
 from kindex_etl.load import layout
 from kindex_etl.load.warehouse import Warehouse, utcnow
+from kindex_etl.reruns.launch import EmitEvent, RunDeployment, emit, start
 from kindex_etl.reruns.policy import decide, is_requestable, parse
 from kindex_etl.storage import NotFound, ObjectStore, PreconditionFailed
-
-EVENT_NAME = "kindex.liger_version.released"
-RESOURCE_PREFIX = "kindex.liger-version."
-
-RunDeployment = Callable[..., Any]
-EmitEvent = Callable[..., Any]
 
 
 def record_key(version: str) -> str:
@@ -71,34 +65,28 @@ def rerun_deployment_name() -> str:
     return settings().rerun_deployment
 
 
-def how_to_run(version: str, upstream: str | None, warehouse: str | None = None) -> str:
+def baseline_for(versions: Iterable[str], version: str) -> str | None:
+    """The release to measure `version` against: the newest older requestable one held."""
+    v = parse(version)
+    older = [(p, x) for x in versions if (p := parse(x)) is not None and v is not None and p < v]
+    older = [(p, x) for p, x in older if is_requestable(x)]
+    return max(older)[1] if older else None
+
+
+def how_to_run(
+    version: str,
+    upstream: str | None,
+    warehouse: str | None = None,
+    baseline: str | None = None,
+) -> str:
+    """The command that runs this re-run by hand (on a GPU host), as the record keeps it."""
     parts = ["kindex-etl", "rerun", "--version", version]
+    if baseline:
+        parts += ["--baseline", baseline]
     parts += ["--upstream", upstream or "<upstream URL>"]
     if warehouse:
         parts += ["--warehouse", warehouse]
     return " ".join(shlex.quote(p) for p in parts)
-
-
-_USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
-_SECRET_KV = re.compile(
-    r"(?i)\b((?:api[_-]?key|access[_-]?key|secret[_-]?key|secret|token|password|"
-    r"authorization)\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;]+)"
-)
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[^\s,;]+")
-_SECRET_ENV = ("PREFECT_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
-
-
-def safe_error(exc: BaseException, limit: int = 500) -> str:
-    """`Type: message` with credentials masked: URL userinfo, key=value secrets, env secrets."""
-    text = f"{type(exc).__name__}: {exc}"
-    text = _USERINFO.sub(r"\1***@", text)
-    text = _BEARER.sub(r"\1 ***", text)
-    text = _SECRET_KV.sub(r"\1***", text)
-    for name in _SECRET_ENV:
-        value = os.environ.get(name)
-        if value and len(value) >= 6:
-            text = text.replace(value, "***")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _dump(record: dict[str, Any]) -> bytes:
@@ -177,16 +165,21 @@ def request_rerun(
     run_deployment: RunDeployment | None = None,
     emit_event: EmitEvent | None = None,
     resolve_prefect: bool = True,
+    baseline: str | None = None,
+    shards: int | None = None,
 ) -> dict[str, Any] | None:
     """Record the request for `version` and start it; None when it was already requested.
 
     `deployment` / `api_url` default to KINDEX_RERUN_DEPLOYMENT and Prefect's PREFECT_API_URL
     (`resolve_prefect=False` leaves them as given). `run_deployment` / `emit_event` default to
-    Prefect's own.
+    Prefect's own. `baseline` defaults to the newest older release the warehouse holds
+    (`baseline_for`); `shards` (KINDEX_RERUN_SHARDS) flow runs are started, one per shard.
     """
     if not is_requestable(version):
         raise ValueError(f"cannot request a re-run of {version!r}: not a PyPI release version")
     store = warehouse.store if isinstance(warehouse, Warehouse) else warehouse
+    if baseline is None and isinstance(warehouse, Warehouse):
+        baseline = baseline_for(warehouse.versions(), version)
     if resolve_prefect:
         deployment = deployment if deployment is not None else rerun_deployment_name()
         api_url = api_url if api_url is not None else prefect_api_url()
@@ -204,7 +197,8 @@ def request_rerun(
         "flowRunId": None,
         "flowRunName": None,
         "eventId": None,
-        "howToRun": how_to_run(version, upstream, store.url),
+        "baseline": baseline,
+        "howToRun": how_to_run(version, upstream, store.url, baseline),
         "error": None,
     }
     try:
@@ -215,75 +209,20 @@ def request_rerun(
     if not api_url:
         record["state"] = "manual"
     else:
-        record["eventId"] = _emit(record, emit_event)
+        record["eventId"] = emit(record, emit_event)
         if not deployment:
             record["state"] = "announced"
         else:
-            _start(record, deployment, store.url, upstream, run_deployment)
+            start(record, deployment, store.url, upstream, run_deployment, shards=shards)
     record["updatedAt"] = utcnow()
     try:
         store.put_bytes(record_key(version), _dump(record), if_match=etag)
     except PreconditionFailed:
         # Only this writer creates the record; a lost update means someone edited it by hand.
-        changes = {k: record[k] for k in ("state", "flowRunId", "flowRunName", "eventId", "error")}
+        keys = ("state", "flowRunId", "flowRunIds", "flowRunName", "eventId", "error")
+        changes = {k: record[k] for k in keys if k in record}
         update_record(store, version, **changes)
     return record
-
-
-def _start(
-    record: dict[str, Any],
-    deployment: str,
-    warehouse_url: str,
-    upstream: str | None,
-    run_deployment: RunDeployment | None,
-) -> None:
-    """run_deployment(..., timeout=0); the outcome goes into `record` (never raises)."""
-    version = record["version"]
-    parameters: dict[str, Any] = {"liger_version": version, "warehouse": warehouse_url}
-    if upstream:
-        parameters["upstream"] = upstream
-    try:
-        start: RunDeployment
-        if run_deployment is not None:
-            start = run_deployment
-        else:
-            from prefect.deployments import run_deployment as start
-        flow_run = start(
-            deployment,
-            parameters=parameters,
-            timeout=0,
-            idempotency_key=f"kindex-rerun-{warehouse_url}-{version}",
-            as_subflow=False,
-        )
-        record["state"] = "started"
-        record["flowRunId"] = str(flow_run.id)
-        record["flowRunName"] = getattr(flow_run, "name", None)
-    except Exception as exc:  # any failure to start is recorded, never raised into the ingest
-        record["state"] = "failed-to-start"
-        record["error"] = safe_error(exc)
-
-
-def _emit(record: dict[str, Any], emit_event: EmitEvent | None) -> str | None:
-    """Announce the release as a Prefect event; returns the event id (None if not emitted)."""
-    try:
-        emit: EmitEvent
-        if emit_event is not None:
-            emit = emit_event
-        else:
-            from prefect.events import emit_event as emit
-        event = emit(
-            event=EVENT_NAME,
-            resource={
-                "prefect.resource.id": f"{RESOURCE_PREFIX}{record['version']}",
-                "prefect.resource.name": f"liger-kernel {record['version']}",
-            },
-            payload={
-                k: record[k] for k in ("version", "reason", "warehouse", "upstream", "howToRun")
-            },
-        )
-    except Exception:  # an event is a courtesy; it never stops the re-run request
-        return None
-    return str(event.id) if event is not None else None
 
 
 def on_new_versions(

@@ -13,7 +13,8 @@ import pytest
 
 from kindex_etl import open_warehouse
 from kindex_etl.reruns import list_reruns, on_new_versions
-from kindex_etl.reruns.requests import record_key, safe_error
+from kindex_etl.reruns.launch import safe_error
+from kindex_etl.reruns.requests import record_key
 from kindex_etl.storage import open_store
 
 from .helpers import FakePrefect

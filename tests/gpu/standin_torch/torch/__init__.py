@@ -9,12 +9,12 @@ import os
 __version__ = "2.11.0+standin"
 
 
-class version:  # noqa: N801 - mirrors torch.version
+class version:
     cuda = "13.0"
     hip = None
 
 
-class cuda:  # noqa: N801 - mirrors torch.cuda
+class cuda:
     @staticmethod
     def is_available():
         return True
