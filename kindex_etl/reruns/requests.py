@@ -179,6 +179,7 @@ def request_rerun(
         raise ValueError(f"cannot request a re-run of {version!r}: not a PyPI release version")
     store = warehouse.store if isinstance(warehouse, Warehouse) else warehouse
     if baseline is None and isinstance(warehouse, Warehouse):
+        warehouse.refresh()
         baseline = baseline_for(warehouse.versions(), version)
     if resolve_prefect:
         deployment = deployment if deployment is not None else rerun_deployment_name()
@@ -244,8 +245,9 @@ def on_new_versions(
         if not decision.trigger:
             continue
         record = request_rerun(
-            warehouse, decision.version, reason=decision.reason, upstream=upstream, **kwargs
-        )
+            warehouse, decision.version, reason=decision.reason, upstream=upstream,
+            baseline=baseline_for(versions_before, decision.version), **kwargs,
+        )  # fmt: skip
         if record is not None:
             out.append(summary_entry(record))
     return out

@@ -1,8 +1,11 @@
 """Fixtures for the GPU re-run tests, all on CPU and on 127.0.0.1.
 
-`standin_sdist` packs tests/rerun/standin_sdist/ (a STAND-IN for the liger-kernel sdist, named
+`standin_sdist` packs tests/gpu/standin_sdist/ (a STAND-IN for the liger-kernel sdist, named
 liger_kernel-9.9.9: its benchmark scripts write rows in the upstream schema without a GPU) into
-a tar.gz. `fake_pypi` serves a PyPI-like JSON API and the file from a tiny http.server.
+a tar.gz; `build_standin_sdist(dest, version)` packs it as another version (the baseline 9.9.8).
+`standin_gpus` puts tests/gpu/standin_torch (a STAND-IN torch that reports GPUs) on the
+PYTHONPATH of the processes a test starts. `fake_pypi` serves a PyPI-like Simple API and both
+sdists from a tiny http.server.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import io
 import json
 import tarfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,28 +24,53 @@ import pytest
 
 STANDIN_DIR = Path(__file__).parent / "standin_sdist"
 STANDIN_VERSION = "9.9.9"
+BASELINE_VERSION = "9.9.8"
 STANDIN_ROOT = f"liger_kernel-{STANDIN_VERSION}"
+STANDIN_TORCH = Path(__file__).parent / "standin_torch"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
-def build_standin_sdist(dest: Path) -> Path:
-    """tests/rerun/standin_sdist/liger_kernel-9.9.9 as `dest/liger_kernel-9.9.9.tar.gz`."""
+def build_standin_sdist(dest: Path, version: str = STANDIN_VERSION) -> Path:
+    """tests/gpu/standin_sdist/liger_kernel-9.9.9 as `dest/liger_kernel-<version>.tar.gz`."""
     dest.mkdir(parents=True, exist_ok=True)
-    out = dest / f"{STANDIN_ROOT}.tar.gz"
+    root = f"liger_kernel-{version}"
+    out = dest / f"{root}.tar.gz"
 
     def clean(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        return None if "__pycache__" in info.name else info
+        if "__pycache__" in info.name:
+            return None
+        info.name = info.name.replace(STANDIN_ROOT, root, 1)
+        return None if info.name == f"{root}/PKG-INFO" else info
 
     # Real sdists carry src/liger_kernel.egg-info/PKG-INFO (importlib.metadata reads the version
     # there). The repository's .gitignore drops *.egg-info/, so it is added here from PKG-INFO.
-    pkg_info = (STANDIN_DIR / STANDIN_ROOT / "PKG-INFO").read_bytes()
+    text = (STANDIN_DIR / STANDIN_ROOT / "PKG-INFO").read_text()
+    pkg_info = text.replace(f"Version: {STANDIN_VERSION}", f"Version: {version}").encode()
     with tarfile.open(out, "w:gz") as tar:
         tar.add(STANDIN_DIR / STANDIN_ROOT, arcname=STANDIN_ROOT, filter=clean)
-        info = tarfile.TarInfo(f"{STANDIN_ROOT}/src/liger_kernel.egg-info/PKG-INFO")
-        info.size = len(pkg_info)
-        info.mode = 0o644
-        tar.addfile(info, io.BytesIO(pkg_info))
+        for name in (f"{root}/PKG-INFO", f"{root}/src/liger_kernel.egg-info/PKG-INFO"):
+            info = tarfile.TarInfo(name)
+            info.size = len(pkg_info)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(pkg_info))
     return out
+
+
+@pytest.fixture
+def standin_gpus(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """Call with N: the processes this test starts see N stand-in GPUs (NVIDIA H200, 9.0)."""
+
+    def use(count: int) -> None:
+        monkeypatch.setenv("PYTHONPATH", str(STANDIN_TORCH))
+        monkeypatch.setenv("STANDIN_GPU_COUNT", str(count))
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+    return use
+
+
+@pytest.fixture
+def baseline_sdist(tmp_path: Path) -> Path:
+    return build_standin_sdist(tmp_path / "dist", BASELINE_VERSION)
 
 
 @pytest.fixture
@@ -60,8 +88,9 @@ class FakePyPI:
 
 
 @pytest.fixture
-def fake_pypi(standin_sdist: Path) -> Iterator[FakePyPI]:
+def fake_pypi(standin_sdist: Path, baseline_sdist: Path) -> Iterator[FakePyPI]:
     sha = hashlib.sha256(standin_sdist.read_bytes()).hexdigest()
+    base_sha = hashlib.sha256(baseline_sdist.read_bytes()).hexdigest()
     state = FakePyPI(url="", sdist=standin_sdist, sha256=sha)
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -90,6 +119,11 @@ def fake_pypi(standin_sdist: Path) -> Iterator[FakePyPI]:
                                 "hashes": {"sha256": "2" * 64},
                             },
                             {
+                                "filename": baseline_sdist.name,
+                                "url": f"http://127.0.0.1:{port}/files/{baseline_sdist.name}",
+                                "hashes": {"sha256": base_sha},
+                            },
+                            {
                                 "filename": standin_sdist.name,
                                 "url": f"http://127.0.0.1:{port}/files/{standin_sdist.name}",
                                 "hashes": {"sha256": state.advertised_sha256 or sha},
@@ -99,6 +133,8 @@ def fake_pypi(standin_sdist: Path) -> Iterator[FakePyPI]:
                 ).encode()
             elif self.path == f"/files/{standin_sdist.name}":
                 body = standin_sdist.read_bytes()
+            elif self.path == f"/files/{baseline_sdist.name}":
+                body = baseline_sdist.read_bytes()
             else:
                 self.send_error(404)
                 return

@@ -1,120 +1,183 @@
-"""The re-run runner on CPU, with the STAND-IN harness (require_gpu=False: tests only)."""
+"""The campaign runner on CPU, with the STAND-IN harness and the STAND-IN torch (no Prefect).
+
+The stand-in scripts write rows in the upstream schema and compute nothing; the stand-in torch
+reports GPUs, so the runner's real GPU check passes without a GPU.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
+import itertools
 import json
+import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS as COLUMNS
-from kindex_etl.gpu import NoGPUError, run_rerun
+from kindex_etl.gpu import NoGPUError, prepare, run_campaign
 from kindex_etl.gpu.harness import HarnessError
 from kindex_etl.gpu.runner import check_gpu
 
-from .conftest import STANDIN_VERSION
+from .conftest import BASELINE_VERSION, STANDIN_VERSION
+
+TWO = ["rms_norm", "softmax"]
 
 
-def _rows(data: bytes) -> list[dict[str, str]]:
-    return list(csv.DictReader(io.StringIO(data.decode())))
+def _rows(path: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(path.read_text())))
 
 
-def test_standin_run_selects_only_new_rows_and_uploads(standin_sdist: Path, tmp_path: Path) -> None:
+def _trace(path: Path) -> list[tuple[str, str, str, float, float]]:
+    out = []
+    for line in path.read_text().splitlines():
+        kernel, version, gpu, start, end = line.split(",")
+        out.append((kernel, version, gpu, float(start), float(end)))
+    return out
+
+
+def test_ab_interleave_with_repeats_lands_as_separate_uploads(
+    standin_sdist: Path,
+    baseline_sdist: Path,
+    standin_gpus: Callable[[int], None],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    standin_gpus(1)
+    monkeypatch.setenv("STANDIN_TRACE", str(tmp_path / "trace"))
     upstream = tmp_path / "upstream"
-    result = run_rerun(
+    result = run_campaign(
         STANDIN_VERSION,
+        baseline=BASELINE_VERSION,
+        kernels=TWO,
+        repeats=2,
         sdist=standin_sdist,
+        baseline_sdist=baseline_sdist,
         workdir=tmp_path / "work",
         upstream=str(upstream),
-        run_id="20260101T000000Z-test",
-        require_gpu=False,  # the stand-in computes nothing; only tests may skip the GPU check
+        campaign_id="20260101T000000Z-test",
     )
-    assert result.ok
-    assert [s.kernel for s in result.scripts] == ["megatron_rms_norm", "rms_norm"]
-    assert [s.rows for s in result.scripts] == [16, 16] and result.rows == 32
-    assert all(s.returncode == 0 and not s.timed_out for s in result.scripts)
-
-    prefix = upstream / "reruns" / STANDIN_VERSION / "20260101T000000Z-test"
-    assert sorted(p.relative_to(prefix).as_posix() for p in prefix.rglob("*") if p.is_file()) == [
-        "benchmark.csv",
-        "environment.json",
-        "logs/benchmark_megatron_rms_norm.log",
-        "logs/benchmark_rms_norm.log",
-        "run.json",
+    assert result.ok and result.gpus == ["0"]
+    assert [(r.version, r.repeat, r.role) for r in result.runs] == [
+        (STANDIN_VERSION, 1, "candidate"),
+        (BASELINE_VERSION, 1, "baseline"),
+        (STANDIN_VERSION, 2, "candidate"),
+        (BASELINE_VERSION, 2, "baseline"),
     ]
-    data = (prefix / "benchmark.csv").read_bytes()
-    assert data.splitlines()[0].decode() == ",".join(COLUMNS)
-    rows = _rows(data)
-    # The three rows the stand-in sdist shipped with (H100 0.8.0, an old H200 0.5.10) are not ours.
-    assert len(rows) == 32
-    assert {r["liger_version"] for r in rows} == {STANDIN_VERSION}
-    assert {r["gpu_name"] for r in rows} == {"NVIDIA H200"}
-    assert {r["kernel_name"] for r in rows} == {"megatron_rms_norm", "rms_norm"}
+    assert len(set(result.run_ids)) == 4
 
-    env = json.loads((prefix / "environment.json").read_text())
-    assert env["gpu_name"] == "NVIDIA H200"  # from the rows: the stand-in host has no GPU
-    assert env["ligerKernel"] == STANDIN_VERSION
-    assert env["software"]["python"] and env["software"]["hostCpu"]
-    assert "ligerKernel" not in env["software"]  # the implementation is not the environment
+    # Per script the versions alternate on the GPU: V, V-1, V, V-1.
+    trace = _trace(tmp_path / "trace")
+    softmax = [t for t in trace if t[0] == "softmax"]
+    assert [t[1] for t in softmax] == [STANDIN_VERSION, BASELINE_VERSION] * 2
+    assert all(a[4] <= b[3] for a, b in itertools.pairwise(softmax))
 
-    manifest = json.loads((prefix / "run.json").read_text())
-    assert manifest["version"] == STANDIN_VERSION and manifest["rows"] == 32
-    assert manifest["sdist"]["sha256"] == result.sdist["sha256"]
-    assert manifest["uploaded_to"].endswith("reruns/9.9.9/20260101T000000Z-test/")
-    log = (prefix / "logs" / "benchmark_rms_norm.log").read_text()
-    assert "stand-in rms_norm: 16 rows" in log and "# finished: exit 0" in log
+    for run in result.runs:
+        prefix = upstream / "reruns" / run.version / run.run_id
+        assert run.uploaded_to is not None and run.uploaded_to.endswith(
+            f"reruns/{run.version}/{run.run_id}/"
+        )
+        rows = _rows(prefix / "benchmark.csv")
+        assert len(rows) == run.rows == 4 + 16  # softmax's stand-in 4, rms_norm's 16
+        assert {r["liger_version"] for r in rows} == {run.version}
+        manifest = json.loads((prefix / "run.json").read_text())
+        assert manifest["runId"] == run.run_id and manifest["repeat"] == run.repeat
+        assert manifest["campaignId"] == "20260101T000000Z-test"
+        assert manifest["candidate"] == STANDIN_VERSION
+        assert manifest["baseline"] == BASELINE_VERSION
+        assert [s["kernel"] for s in manifest["scripts"]] == ["rms_norm", "softmax"]
+        assert {s["gpu"] for s in manifest["scripts"]} == {"0"}
+        env = json.loads((prefix / "environment.json").read_text())
+        assert env["ligerKernel"] == run.version
+    # One environment for both versions: the implementation under test is not the host.
+    envs = {
+        json.dumps(json.loads((Path(r.output_dir) / "environment.json").read_text())["software"])
+        for r in result.runs
+    }
+    assert len(envs) == 1
 
 
-def test_a_failing_script_is_reported_and_the_rest_still_lands(
-    standin_sdist: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_whole_suite_by_default_with_skips_and_per_script_timeouts(
+    standin_sdist: Path, standin_gpus: Callable[[int], None], tmp_path: Path
 ) -> None:
+    standin_gpus(1)
+    prep = prepare(STANDIN_VERSION, sdist=standin_sdist, workdir=tmp_path / "w", repeats=1)
+    ran = {s.kernel: s for s in prep.scripts}
+    assert sorted(ran) == [
+        "dyt", "geglu", "layer_norm", "megatron_rms_norm", "rms_norm", "softmax", "swiglu", "tvd",
+    ]  # fmt: skip
+    skipped = {s.kernel: s.reason for s in prep.skipped}
+    assert skipped == {
+        "fast_sm100": "built for compute capability 10.0/10.3 (sm100); this GPU is 9.0",
+        "quack_thing": "missing optional dependency: quack_not_installed",
+    }
+    assert "model_configs" not in ran and "model_configs" not in skipped  # a helper, no main
+    # Sized per script from the catalog: rms_norm (17 s on an H200) gets the floor, geglu
+    # (240 s) four times that, a script the catalog does not know the default's.
+    assert ran["rms_norm"].timeout_s == 90
+    assert ran["geglu"].timeout_s == 960
+    assert ran["tvd"].timeout_s == 160
+
+
+def test_a_failing_and_a_hanging_script_do_not_stop_the_campaign(
+    standin_sdist: Path,
+    standin_gpus: Callable[[int], None],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    standin_gpus(1)
     monkeypatch.setenv("STANDIN_FAIL", "megatron_rms_norm")
-    result = run_rerun(
-        STANDIN_VERSION, sdist=standin_sdist, workdir=tmp_path / "w", require_gpu=False
-    )
-    assert not result.ok
-    failed = {s.kernel: s for s in result.scripts}
-    assert failed["megatron_rms_norm"].returncode == 3 and failed["rms_norm"].ok
-    assert result.rows == 16
-    log = Path(result.output_dir, failed["megatron_rms_norm"].log).read_text()
-    assert "failing on purpose" in log
-
-
-def test_a_hanging_script_is_killed_at_its_timeout(
-    standin_sdist: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("STANDIN_HANG", "rms_norm")
-    result = run_rerun(
+    monkeypatch.setenv("STANDIN_HANG", "softmax")
+    result = run_campaign(
         STANDIN_VERSION,
-        kernels=["rms_norm"],
+        kernels=["megatron_rms_norm", "softmax", "rms_norm"],
+        repeats=1,
         sdist=standin_sdist,
         workdir=tmp_path / "w",
         script_timeout_s=2,
-        require_gpu=False,
     )
-    (script,) = result.scripts
-    assert script.timed_out and not result.ok and script.seconds < 30
+    assert not result.ok
+    (run,) = result.runs
+    slots = {s.kernel: s for s in run.slots}
+    assert slots["megatron_rms_norm"].returncode == 3 and slots["megatron_rms_norm"].rows == 0
+    assert slots["softmax"].timed_out and slots["softmax"].seconds < 30
+    assert slots["rms_norm"].ok and run.rows == 16
+    log = Path(run.output_dir, slots["megatron_rms_norm"].log).read_text()
+    assert "failing on purpose" in log
+    manifest = json.loads(Path(run.output_dir, "run.json").read_text())
+    assert {s["kernel"]: s["state"] for s in manifest["scripts"]} == {
+        "megatron_rms_norm": "exit 3", "rms_norm": "ok", "softmax": "timed out",
+    }  # fmt: skip
 
 
-def test_unknown_kernel_and_wrong_version_are_refused(standin_sdist: Path, tmp_path: Path) -> None:
+def test_no_slot_starts_past_the_budget(
+    standin_sdist: Path, standin_gpus: Callable[[int], None], tmp_path: Path
+) -> None:
+    standin_gpus(1)
+    result = run_campaign(
+        STANDIN_VERSION, kernels=TWO, repeats=1, sdist=standin_sdist, workdir=tmp_path / "w",
+        budget_s=0,
+    )  # fmt: skip
+    (run,) = result.runs
+    assert [s.skipped for s in run.slots] == ["the campaign's time budget would be exceeded"] * 2
+    assert run.rows == 0 and not result.ok
+
+
+def test_unknown_kernel_and_wrong_version_are_refused(
+    standin_sdist: Path, standin_gpus: Callable[[int], None], tmp_path: Path
+) -> None:
+    standin_gpus(1)
     with pytest.raises(ValueError, match="no benchmark script for nope"):
-        run_rerun(
-            STANDIN_VERSION,
-            kernels=["nope"],
-            sdist=standin_sdist,
-            workdir=tmp_path / "a",
-            require_gpu=False,
-        )
+        prepare(STANDIN_VERSION, kernels=["nope"], sdist=standin_sdist, workdir=tmp_path / "a")
     with pytest.raises(HarnessError, match=r"9\.9\.9"):
-        run_rerun("9.9.8", sdist=standin_sdist, workdir=tmp_path / "b", require_gpu=False)
+        prepare("9.9.7", sdist=standin_sdist, workdir=tmp_path / "b")
 
 
 def test_refuses_without_a_gpu(standin_sdist: Path, tmp_path: Path) -> None:
-    # The default (require_gpu=True) on this CPU machine: torch missing, or no CUDA device.
+    # No stand-in torch: on this CPU machine torch is missing, or sees no CUDA device.
     with pytest.raises(NoGPUError, match="GPU"):
-        run_rerun(STANDIN_VERSION, sdist=standin_sdist, workdir=tmp_path / "w")
+        run_campaign(STANDIN_VERSION, sdist=standin_sdist, workdir=tmp_path / "w")
     with pytest.raises(NoGPUError, match="torch is missing"):
         check_gpu({"software": {}, "probe": {"torch_error": "ModuleNotFoundError: torch"}})
     with pytest.raises(NoGPUError, match="is_available"):
@@ -129,23 +192,20 @@ def test_cli_refuses_without_gpu_with_nonzero_exit(
 
     code = main(
         ["rerun", "--version", STANDIN_VERSION, "--sdist", str(standin_sdist),
-         "--workdir", str(tmp_path / "w")]
+         "--workdir", str(tmp_path / "w"), "--no-prefect"]
     )  # fmt: skip
     assert code == 2
     assert "refused" in capsys.readouterr().err
 
 
-def _standin_wheel(dest: Path) -> Path:
-    """A minimal wheel of the stand-in liger_kernel 9.9.9 (for the pip --target install path)."""
-    import zipfile
-
-    wheel = dest / f"liger_kernel-{STANDIN_VERSION}-py3-none-any.whl"
+def _standin_wheel(dest: Path, version: str) -> Path:
+    """A minimal wheel of the stand-in liger_kernel (for the pip --target install path)."""
+    wheel = dest / f"liger_kernel-{version}-py3-none-any.whl"
     dest.mkdir(parents=True, exist_ok=True)
-    info = f"liger_kernel-{STANDIN_VERSION}.dist-info"
+    info = f"liger_kernel-{version}.dist-info"
     files = {
         "liger_kernel/__init__.py": '"""STAND-IN liger_kernel wheel for tests."""\n',
-        f"{info}/METADATA": "Metadata-Version: 2.1\nName: liger_kernel\n"
-        f"Version: {STANDIN_VERSION}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: liger_kernel\nVersion: {version}\n",
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: kindex-tests\nRoot-Is-Purelib: true\n"
         "Tag: py3-none-any\n",
     }
@@ -157,15 +217,20 @@ def _standin_wheel(dest: Path) -> Path:
     return wheel
 
 
-def test_wheel_install_path(standin_sdist: Path, tmp_path: Path) -> None:
-    wheel = _standin_wheel(tmp_path / "wheels")
-    result = run_rerun(
+def test_wheels_install_both_versions(
+    standin_sdist: Path, standin_gpus: Callable[[int], None], tmp_path: Path
+) -> None:
+    standin_gpus(1)
+    prep = prepare(
         STANDIN_VERSION,
+        baseline=BASELINE_VERSION,
         kernels=["rms_norm"],
         sdist=standin_sdist,
-        wheel=wheel,
+        wheel=_standin_wheel(tmp_path / "wheels", STANDIN_VERSION),
+        baseline_wheel=_standin_wheel(tmp_path / "wheels", BASELINE_VERSION),
         workdir=tmp_path / "w",
-        require_gpu=False,
     )
-    assert result.ok and result.rows == 16
-    assert result.environment["ligerKernelPath"].startswith(str(tmp_path / "w" / "site"))
+    for version in (STANDIN_VERSION, BASELINE_VERSION):
+        path = prep.environments[version]["ligerKernelPath"]
+        assert path.startswith(str(tmp_path / "w" / f"site-{version}"))
+    assert len(prep.slots) == 2 * 3  # KINDEX_RERUN_REPEATS's default, 3

@@ -5,23 +5,31 @@ with the STAND-IN harness and reports back into the request record.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import shutil
+import shlex
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prefect import flow
 
-from kindex_etl import ingest, open_warehouse
-from kindex_etl.reruns import EVENT_NAME, list_reruns, on_new_versions, prefect_api_url
+from kindex_etl import IngestOptions, ingest, open_warehouse
+from kindex_etl.reruns import (
+    EVENT_NAME,
+    list_reruns,
+    on_new_versions,
+    prefect_api_url,
+    request_rerun,
+)
 from kindex_etl.storage import open_store
 
-from ..gpu.conftest import STANDIN_VERSION, build_standin_sdist
+from ..gpu.conftest import BASELINE_VERSION, STANDIN_VERSION
 from .helpers import add_release
 
 pytestmark = pytest.mark.slow
@@ -30,7 +38,13 @@ DEPLOYMENT = "kindex-gpu-rerun-test/gpu-rerun"
 
 @flow(name="kindex-gpu-rerun-test")
 def trivial_rerun(
-    liger_version: str, upstream: str | None = None, warehouse: str | None = None
+    liger_version: str,
+    baseline_version: str | None = None,
+    upstream: str | None = None,
+    warehouse: str | None = None,
+    shard_index: int = 0,
+    shard_count: int = 1,
+    campaign_id: str | None = None,
 ) -> str:
     """A stand-in deployment target with the re-run flow's parameters; never executed here."""
     return liger_version
@@ -99,8 +113,12 @@ def test_trigger_starts_the_deployment_and_emits_the_event(harness: str, tmp_pat
     assert run.deployment_id == deployment.id
     assert run.parameters == {
         "liger_version": version,
+        "baseline_version": "0.8.5",  # the newest release the warehouse held before
         "upstream": "/data/upstream",
         "warehouse": warehouse.store.url,
+        "shard_index": 0,
+        "shard_count": 1,
+        "campaign_id": record["campaignId"],
     }
     (event,) = _events(EVENT_NAME, f"kindex.liger-version.{version}")
     assert event["id"] == record["eventId"]
@@ -140,34 +158,117 @@ def test_cli_ingest_json_reports_the_started_rerun(
     assert uuid.UUID(entry["flowRunId"]) and entry["howToRun"].startswith("kindex-etl rerun")
 
 
-def test_gpu_rerun_flow_with_the_standin_reports_back(harness: str, tmp_path: Path) -> None:
-    from flows.gpu_rerun import gpu_rerun_flow
+def test_how_to_run_hands_off_and_the_record_ends_with_its_run_ids(
+    harness: str,
+    fake_pypi: Any,
+    standin_gpus: Callable[[int], None],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kindex_etl.cli import main
 
-    sdist = build_standin_sdist(tmp_path / "dist")
     up, wh = tmp_path / "up", tmp_path / "wh"
-    warehouse = open_warehouse(str(wh))
-    on_new_versions(warehouse, {"0.8.0"}, [STANDIN_VERSION], upstream=str(up), api_url="")
+    add_release(up, BASELINE_VERSION)
+    ingest(str(up), str(wh), IngestOptions(trigger=False))
+    record = request_rerun(
+        open_warehouse(str(wh)), STANDIN_VERSION, reason="by hand", upstream=str(up),
+        api_url="", resolve_prefect=False,
+    )  # fmt: skip
+    assert record is not None and record["state"] == "manual"
+    assert record["baseline"] == BASELINE_VERSION  # the newest older release the warehouse holds
+    argv = shlex.split(record["howToRun"])
+    assert argv[:2] == ["kindex-etl", "rerun"]
+    assert argv[argv.index("--warehouse") + 1] == open_store(str(wh)).url
 
-    out = gpu_rerun_flow(
-        liger_version=STANDIN_VERSION,
-        upstream=str(up),
-        sdist=str(sdist),
-        warehouse=str(wh),
-        require_gpu=False,  # the stand-in harness computes nothing: tests only
-    )
-    assert out["ok"] and out["rows"] == 32
-    (record,) = list_reruns(open_store(str(wh)))
-    assert record["state"] == "succeeded" and record["runId"] == out["run_id"]
-    assert record["uploadedTo"] == out["uploaded_to"] and record["rows"] == 32
+    # Run exactly that command (in this process, so on the harness's API): the stand-in
+    # harness comes from the fake index, the stand-in torch says there are 2 GPUs.
+    monkeypatch.setenv("KINDEX_PYPI_URL", fake_pypi.url)
+    monkeypatch.setenv("KINDEX_SDIST_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("KINDEX_RERUN_REPEATS", "1")
+    standin_gpus(2)
+    assert main(argv[1:]) == 0
+    (done,) = list_reruns(open_store(str(wh)))
+    assert done["state"] == "succeeded" and done["shards"]["0"]["ok"] is True
+    assert len(done["runIds"]) == 2 and done["runId"] == done["shards"]["0"]["campaignId"]
+    for run_id, version in zip(done["runIds"], (STANDIN_VERSION, BASELINE_VERSION), strict=True):
+        assert (up / "reruns" / version / run_id / "benchmark.csv").is_file()
 
-    # The next ingest turns the upload into documents (no new trigger: the version is known).
-    shutil.copytree(up, tmp_path / "up2")
-    summary = ingest(str(tmp_path / "up2"), str(wh))
-    assert summary.runs_written == 32 and summary.reruns_triggered == []
+    # The next ingest turns both uploads into runs (no new trigger: both versions are known).
+    summary = ingest(str(up), str(wh))
+    assert summary.runs_written == done["rows"] and summary.reruns_triggered == []
 
+    # The same command with a failing script still uploads, and the record says failed.
+    monkeypatch.setenv("STANDIN_FAIL", "rms_norm")
+    assert main(argv[1:]) == 1
+    (failed,) = list_reruns(open_store(str(wh)))
+    assert failed["state"] == "failed" and failed["runIds"] != done["runIds"]
+
+
+def test_fan_out_over_four_gpus_one_script_per_gpu_at_a_time(
+    harness: str,
+    standin_sdist: Path,
+    standin_gpus: Callable[[int], None],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from prefect.client.orchestration import get_client
+
+    from flows.gpu_rerun import gpu_limit_name, gpu_rerun_flow
+    from kindex_etl.gpu.runner import CampaignResult
+
+    standin_gpus(4)
+    monkeypatch.setenv("STANDIN_SLEEP", "0.5")
+    monkeypatch.setenv("STANDIN_TRACE", str(tmp_path / "trace"))
+    monkeypatch.setenv("STANDIN_FAIL", "dyt")
     state = gpu_rerun_flow(
-        liger_version=STANDIN_VERSION, upstream=str(up), sdist=str(sdist), return_state=True
-    )
-    assert state.is_failed()
-    with pytest.raises(Exception, match="GPU"):
-        state.result()
+        liger_version=STANDIN_VERSION, upstream=str(tmp_path / "up"), sdist=str(standin_sdist),
+        repeats=1, workdir=str(tmp_path / "w"), return_state=True,
+    )  # fmt: skip
+    assert state.is_failed()  # dyt failed; the campaign still ran and uploaded the rest
+    result = CampaignResult.from_dict(state.result(raise_on_failure=False))
+    (run,) = result.runs
+    assert result.gpus == ["0", "1", "2", "3"] and len(run.slots) == 8
+    assert {s.kernel: s.state for s in run.slots if not s.ok} == {"dyt": "exit 3"}
+    assert run.uploaded_to and run.rows == sum(s.rows for s in run.slots) > 0
+
+    def span(started: str | None, finished: str | None) -> tuple[float, float]:
+        assert started and finished
+        return datetime.fromisoformat(started).timestamp(), datetime.fromisoformat(
+            finished
+        ).timestamp()
+
+    spans = {s.kernel: (s.gpu, *span(s.started_at, s.finished_at)) for s in run.slots}
+    assert {g for g, _, _ in spans.values()} == {"0", "1", "2", "3"}
+    for gpu in ("0", "1", "2", "3"):  # one script at a time on each GPU
+        mine = sorted((a, b) for g, a, b in spans.values() if g == gpu)
+        assert all(b1 <= a2 for (_, b1), (a2, _) in itertools.pairwise(mine))
+    # ... and the GPUs worked at the same time.
+    busy = max(sum(a <= t < b for _, a, b in spans.values()) for _, t, _ in spans.values())
+    assert busy >= 2
+    # Each script saw only its GPU.
+    for line in (tmp_path / "trace").read_text().splitlines():
+        kernel, _, visible, _, _ = line.split(",")
+        assert visible == spans[kernel][0]
+    with get_client(sync_client=True) as client:
+        for gpu in ("0", "1", "2", "3"):
+            assert client.read_global_concurrency_limit_by_name(gpu_limit_name(gpu)).limit == 1
+
+
+def test_start_launches_one_flow_run_per_shard_with_one_campaign() -> None:
+    from kindex_etl.reruns.launch import start
+
+    calls: list[dict[str, Any]] = []
+
+    def fake_run_deployment(name: str, **kwargs: Any) -> Any:
+        calls.append({"name": name, **kwargs})
+        return type("Run", (), {"id": uuid.uuid4(), "name": f"run-{len(calls)}"})()
+
+    record: dict[str, Any] = {"version": "0.8.5", "baseline": "0.8.4"}
+    start(record, DEPLOYMENT, "/wh", "/up", fake_run_deployment, shards=3)
+    assert record["state"] == "started" and len(record["flowRunIds"]) == 3
+    params = [c["parameters"] for c in calls]
+    assert [p["shard_index"] for p in params] == [0, 1, 2]
+    assert {p["shard_count"] for p in params} == {3}
+    assert {p["campaign_id"] for p in params} == {record["campaignId"]}
+    assert {p["baseline_version"] for p in params} == {"0.8.4"}
+    assert len({c["idempotency_key"] for c in calls}) == 3
