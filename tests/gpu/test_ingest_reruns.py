@@ -11,12 +11,13 @@ import importlib.util
 import json
 import shutil
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from kindex_etl import IngestOptions, ingest, open_warehouse
-from kindex_etl.gpu import run_rerun
+from kindex_etl.gpu import run_campaign
 from kindex_etl.load import layout
 from tests.helpers import write_csv
 
@@ -49,17 +50,20 @@ def _upstream_copy(rows: list[dict[str, str]], **changes: str) -> list[dict[str,
 
 
 def test_standin_upload_ingests_with_its_own_environment(
-    standin_sdist: Path, tmp_path: Path
+    standin_sdist: Path, standin_gpus: Callable[[int], None], tmp_path: Path
 ) -> None:
+    standin_gpus(1)
     upstream = tmp_path / "upstream"
-    result = run_rerun(
+    result = run_campaign(
         STANDIN_VERSION,
+        kernels=["megatron_rms_norm", "rms_norm"],
+        repeats=1,
         sdist=standin_sdist,
         workdir=tmp_path / "work",
         upstream=str(upstream),
-        require_gpu=False,
     )
-    ours = list(csv.DictReader((Path(result.output_dir) / "benchmark.csv").open()))
+    (run,) = result.runs
+    ours = list(csv.DictReader((Path(run.output_dir) / "benchmark.csv").open()))
     # Upstream measured the same GPU model (same name), recording no software.
     theirs_rows = _upstream_copy(ours[:4], liger_version="0.8.0", timestamp="2026-06-10 21:03:42")
     write_csv(upstream / "benchmarks" / "abc1234-v0.8.0" / "benchmark.csv", theirs_rows)
