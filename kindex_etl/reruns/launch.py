@@ -10,15 +10,20 @@ import os
 import re
 import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
-
-from kindex_etl.load.warehouse import utcnow
 
 EVENT_NAME = "kindex.liger_version.released"
 RESOURCE_PREFIX = "kindex.liger-version."
 
 RunDeployment = Callable[..., Any]
 EmitEvent = Callable[..., Any]
+
+
+def utcnow() -> str:
+    """UTC, millisecond ISO with `Z`: the records' timestamps, as the warehouse log writes them."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
 
 _USERINFO = re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/\s@]+@")
 _SECRET_KV = re.compile(
@@ -61,7 +66,7 @@ def start(
 
     version = record["version"]
     count = shards if shards is not None else settings().rerun_shards
-    campaign = f"{utcnow().replace(':', '').replace('-', '')[:15]}Z-{uuid.uuid4().hex[:8]}"
+    campaign = f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
     runs: list[str] = []
     try:
         launch: RunDeployment

@@ -39,8 +39,8 @@ from typing import Any
 from packaging.version import Version
 
 from kindex_etl.load import layout
-from kindex_etl.load.warehouse import Warehouse, utcnow
-from kindex_etl.reruns.launch import EmitEvent, RunDeployment, emit, start
+from kindex_etl.load.warehouse import Warehouse, open_warehouse
+from kindex_etl.reruns.launch import EmitEvent, RunDeployment, emit, start, utcnow
 from kindex_etl.reruns.policy import decide, is_requestable, parse
 from kindex_etl.storage import NotFound, ObjectStore, PreconditionFailed
 
@@ -268,7 +268,6 @@ def mark_finished(
     `shards.<index>`; the record's `state` is `running` until every shard has reported, then
     `succeeded` when all were ok, else `failed`. `runIds` lists every shard's run ids.
     """
-    from kindex_etl.load.warehouse import open_warehouse
 
     def change(record: dict[str, Any]) -> None:
         shards = dict(record.get("shards") or {})

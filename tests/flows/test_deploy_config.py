@@ -103,7 +103,7 @@ def test_validator_catches_what_prefect_would_accept_silently(
         assert any(expected in p for p in problems), problems
 
 
-def test_gpu_base_job_template_requests_one_gpu() -> None:
+def test_gpu_base_job_template_requests_a_whole_host() -> None:
     template = json.loads((DEPLOY / "gpu-base-job-template.json").read_text())
     variables = set(template["variables"]["properties"])
     placeholders = set(re.findall(r"{{\s*([\w.]+)\s*}}", json.dumps(template["job_configuration"])))
@@ -112,8 +112,10 @@ def test_gpu_base_job_template_requests_one_gpu() -> None:
     assert manifest["kind"] == "Job" and manifest["spec"]["backoffLimit"] == 0
     (container,) = manifest["spec"]["template"]["spec"]["containers"]
     assert container["name"] == "prefect-job"
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert container["resources"]["requests"]["nvidia.com/gpu"] == 1
+    # One flow run (a shard) takes every GPU of its host and fans its scripts out over them.
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "{{ gpus }}"
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == "{{ gpus }}"
+    assert template["variables"]["properties"]["gpus"]["default"] == 8
 
 
 def _instructions(path: Path) -> list[tuple[str, str]]:

@@ -10,8 +10,8 @@ import csv
 import importlib.util
 import json
 import shutil
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
