@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
 
 from kindex_etl import open_warehouse
 from kindex_etl.reruns import list_reruns, on_new_versions
@@ -110,7 +111,8 @@ def test_two_processes_race(where: str, tmp_path: Path, request: pytest.FixtureR
     triggered = [entry for r in results for entry in r]
     assert [e["version"] for e in triggered] == ["0.8.5"]
     assert triggered[0]["state"] == "manual"
-    assert triggered[0]["howToRun"].startswith("kindex-etl rerun --version 0.8.5 --upstream /up")
+    assert triggered[0]["howToRun"].startswith("kindex-etl rerun --version 0.8.5 --baseline ")
+    assert " --upstream /up" in triggered[0]["howToRun"]
     assert len(list_reruns(open_store(url))) == 1
 
 
@@ -152,7 +154,8 @@ def test_no_api_records_a_manual_request(tmp_path: Path) -> None:
     (entry,) = on_new_versions(warehouse, BEFORE, ["0.8.5"], upstream="s3://up/x", **kwargs)
     assert entry["state"] == "manual" and fake.calls == [] and fake.events == []
     assert entry["howToRun"] == (
-        f"kindex-etl rerun --version 0.8.5 --upstream s3://up/x --warehouse {warehouse.store.url}"
+        f"kindex-etl rerun --version 0.8.5 --baseline {max(BEFORE, key=Version)} "
+        f"--upstream s3://up/x --warehouse {warehouse.store.url}"
     )
 
 

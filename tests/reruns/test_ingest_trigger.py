@@ -36,7 +36,7 @@ def test_history_never_triggers_and_a_newer_release_triggers_once(tmp_path: Path
     assert entry["version"] == "0.8.5" and entry["state"] == "manual"
     assert entry["flowRunId"] is None
     assert entry["howToRun"] == (
-        f"kindex-etl rerun --version 0.8.5 --upstream {up} --warehouse {wh}"
+        f"kindex-etl rerun --version 0.8.5 --baseline 0.8.1 --upstream {up} --warehouse {wh}"
     )
     (record,) = list_reruns(open_store(str(wh)))
     assert record["version"] == "0.8.5" and "newer than 0.8.1" in record["reason"]
