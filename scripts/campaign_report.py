@@ -111,7 +111,7 @@ def ab_ratios(speed: pd.DataFrame, candidate: str, baseline: str) -> pd.DataFram
 
 def interval(ratios: np.ndarray, rng: np.random.Generator) -> tuple[float, float, float]:
     """(geometric mean, 2.5 %, 97.5 %) of the ratios, bootstrapped over points."""
-    logs = np.log(ratios)
+    logs = np.sort(np.log(ratios))  # the interval must not depend on the order rows were read
     if len(logs) == 1:
         return float(ratios[0]), math.nan, math.nan
     draws = rng.choice(logs, size=(BOOTSTRAP, len(logs)), replace=True).mean(axis=1)
@@ -257,10 +257,11 @@ def index_page(summaries: list[dict[str, object]], candidate: str, baseline: str
 
 def write_pages(runs: pd.DataFrame, out: Path, candidate: str, baseline: str) -> dict[str, str]:
     """{file name: markdown} for the index and each kernel; written under `out`."""
-    rng = np.random.default_rng(SEED)
     pages: dict[str, str] = {}
     summaries = []
     for kernel in sorted(runs["kernel"].unique()):
+        # One generator per kernel, seeded by its name: a page does not depend on the others.
+        rng = np.random.default_rng([SEED, *kernel.encode()])
         text, summary = kernel_page(kernel, runs, candidate, baseline, rng)
         pages[f"{kernel}.md"] = text
         summaries.append(summary)
