@@ -250,9 +250,15 @@ def cmd_reruns(args: argparse.Namespace) -> int:
 
 
 def cmd_rerun(args: argparse.Namespace) -> int:
+    import importlib.util
+
     from kindex_etl.gpu.command import run_from_args
 
-    return run_from_args(args)
+    if importlib.util.find_spec("prefect") is None:
+        return run_from_args(args)
+    from flows.gpu_rerun import gpu_rerun_flow
+
+    return run_from_args(args, run_flow=gpu_rerun_flow)
 
 
 def build_parser() -> argparse.ArgumentParser:

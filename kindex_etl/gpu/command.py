@@ -2,8 +2,9 @@
 
 It is what every re-run request records as `howToRun`
 (`kindex-etl rerun --version V --baseline V-1 --upstream U --warehouse W`), so that command must
-run as recorded. It runs the Prefect flow (`flows/gpu_rerun.py`: one task per script, one GPU
-each) when Prefect is installed, else the same steps one script after another.
+run as recorded. `kindex-etl rerun` runs the Prefect flow (`flows/gpu_rerun.py`: one task per
+script, one GPU each) when Prefect is installed; `python -m kindex_etl.gpu` (for a host without
+Prefect) and `--no-prefect` run the same steps one script after another.
 
 Exit status: 0 every script passed and rows came out; 1 the campaign finished but a script
 failed, timed out or was skipped for time, or no rows came out (what did come out is still
@@ -14,10 +15,9 @@ unknown kernel).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kindex_etl.errors import HarnessError, NoGPUError
@@ -82,8 +82,11 @@ def _common(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _run(args: argparse.Namespace) -> CampaignResult:
-    if args.no_prefect or importlib.util.find_spec("prefect") is None or args.python or args.pip:
+RunFlow = Callable[..., Any]
+
+
+def _run(args: argparse.Namespace, run_flow: RunFlow | None) -> CampaignResult:
+    if run_flow is None or args.no_prefect or args.python or args.pip:
         result = run_campaign(
             args.version, baseline=args.baseline, upstream=args.upstream,
             sdist_sha256=args.sha256, use_pip_index=args.pip, python=args.python,
@@ -92,10 +95,8 @@ def _run(args: argparse.Namespace) -> CampaignResult:
         if args.warehouse:
             report_back(args.warehouse, result)
         return result
-    from flows.gpu_rerun import gpu_rerun_flow
-
-    state = gpu_rerun_flow(
-        args.version, baseline_version=args.baseline, upstream=args.upstream,
+    state = run_flow(
+        liger_version=args.version, baseline_version=args.baseline, upstream=args.upstream,
         warehouse=args.warehouse, return_state=True, **_common(args),
     )  # fmt: skip
     data = state.result(raise_on_failure=False)
@@ -125,11 +126,13 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_from_args(args: argparse.Namespace) -> int:
+def run_from_args(args: argparse.Namespace, run_flow: RunFlow | None = None) -> int:
+    """Run the command; `run_flow` is the Prefect flow (`kindex-etl rerun` passes it: this
+    package never imports flows/), without it the campaign runs here, one script at a time."""
     try:
         if args.plan_only:
             return _plan(args)
-        result = _run(args)
+        result = _run(args, run_flow)
     except (NoGPUError, HarnessError, ValueError, OSError) as exc:
         print(f"kindex-etl rerun: refused: {exc}", file=sys.stderr)
         return 2
