@@ -39,6 +39,7 @@ from kindex_etl.normalize.documents import fragments, run_documents
 from kindex_etl.normalize.quarantine import quarantine_table
 
 _EPOCH_LIMIT = 1 << 32
+_INT64_LIMIT = float(1 << 63)
 
 
 def descriptor_values(d: Descriptor) -> dict[str, Any]:
@@ -320,6 +321,8 @@ class ColumnarNormalizer:
             cleaned = pc.if_else(pa.array(ok), pc.utf8_trim_whitespace(column), "nan")
             values[q] = pc.cast(cleaned, pa.float64()).to_numpy(zero_copy_only=False)
 
+        bad |= self._out_of_range(gids, bad, values, reason, detail)
+
         good = np.flatnonzero(~bad)
         gid = gids[good]
         series = np.asarray(self._series_of, dtype=np.uint64)[gid]
@@ -342,6 +345,38 @@ class ColumnarNormalizer:
             good, gid, keys, fps, values, quarantine, source_key, source_etag, lines,
             stamps, ts_codes[good],
         )  # fmt: skip
+
+    def _out_of_range(
+        self,
+        gids: np.ndarray,
+        bad: np.ndarray,
+        values: dict[str, np.ndarray],
+        reason: list[str | None],
+        detail: list[str | None],
+    ) -> np.ndarray:
+        """Rows whose finite values are negative or do not fit int64 ns / bytes once scaled.
+
+        Checked before the cast: a cast of 1e20 ms to int64 nanoseconds wraps silently.
+        Non-finite values stay failed runs (status `failed`), not held back.
+        """
+        is_speed = self.table.columns()["is_speed"].to_numpy(zero_copy_only=False)
+        speed = np.zeros(len(gids), dtype=bool)
+        speed[~bad] = is_speed[gids[~bad]]
+        scale = np.where(speed, float(NS_PER_MS), float(MIB))
+        out = np.zeros(len(gids), dtype=bool)
+        for q in ("50", "20", "80"):
+            v = values[q]
+            with np.errstate(invalid="ignore", over="ignore"):
+                wrong = np.isfinite(v) & ((v < 0) | (np.abs(v) * scale >= _INT64_LIMIT))
+            for i in np.flatnonzero(wrong & ~bad & ~out):
+                unit = "ms" if speed[i] else "MiB"
+                reason[i] = "value_out_of_range"
+                detail[i] = (
+                    f"y_value_{q} {v[i]!r} {unit} is negative or beyond int64 "
+                    f"{'nanoseconds' if speed[i] else 'bytes'}"
+                )
+            out |= wrong & ~bad
+        return out
 
     def _build(
         self,

@@ -16,6 +16,7 @@ from functools import cache
 from importlib import resources
 from typing import Any, NamedTuple
 
+import rfc8785
 from packaging.version import InvalidVersion, Version
 
 from kindex_etl.catalog import Catalog, ProtocolVariant
@@ -26,12 +27,14 @@ from kindex_etl.contracts.documents import (
     Implementation,
     Workload,
 )
+from kindex_etl.contracts.versions import canonical_version
 from kindex_etl.errors import Rejected
 from kindex_etl.normalize.slugs import NAME_LIMIT, compact, slug, value_slug
 
 # Identifiers that end up verbatim in externalIds must not be able to forge a path segment.
 _IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _INT = re.compile(r"^[+-]?\d+$")
+_JSON_SAFE_INT = 2**53
 
 UNKNOWN_KERNEL_LABEL = "kernelindex.dev/catalog"
 # A liger_version older than the release before the benchmark's first: flagged, not trusted.
@@ -283,8 +286,17 @@ class Hashed:
     digest: str
 
     @classmethod
-    def of(cls, doc: dict[str, Any]) -> Hashed:
-        return cls(doc=doc, canonical=canonical_json(doc).decode(), digest=digest(doc))
+    def of(cls, doc: dict[str, Any], *, reason: str = "bad_config") -> Hashed:
+        """Hash `doc`; what RFC 8785 cannot canonicalize is the row's fault, held back as `reason`.
+
+        rfc8785 refuses NaN, infinities and integers beyond 2**53 (I-JSON): a digest of such a
+        document could not be recomputed by anyone else, so the row cannot become a run.
+        """
+        try:
+            canonical = canonical_json(doc)
+        except (rfc8785.CanonicalizationError, ValueError, TypeError, RecursionError) as exc:
+            raise Rejected(reason, f"not canonicalizable as RFC 8785 JSON: {exc}") from None
+        return cls(doc=doc, canonical=canonical.decode(), digest=digest(doc))
 
 
 class Resolver:
@@ -328,20 +340,37 @@ class Resolver:
         wkey = (key.kernel, key.x_name, key.x_value, key.config, key.liger_version)
         if wkey not in self._workloads:
             try:
-                workload, slug_, dtype, variant = _workload(self.catalog, key)
-                self._workloads[wkey] = ResolvedWorkload(
-                    hashed=Hashed.of(workload.document()),
-                    slug=slug_,
-                    dtype=dtype,
-                    kernel=workload.spec.kernel,
-                    variant=variant,
-                )
+                self._workloads[wkey] = self._new_workload(key)
             except Rejected as rejected:
                 self._workloads[wkey] = rejected
         found = self._workloads[wkey]
         if isinstance(found, Rejected):
             raise found
         return found
+
+    def _new_workload(self, key: DescriptorKey) -> ResolvedWorkload:
+        x_value = parse_scalar(key.x_value)
+        if isinstance(x_value, int) and abs(x_value) > _JSON_SAFE_INT:
+            raise Rejected(
+                "bad_value", f"x_value {key.x_value!r} is an integer beyond 2**53 (not I-JSON)"
+            )
+        try:
+            workload, slug_, dtype, variant = _workload(self.catalog, key)
+        except Rejected:
+            raise
+        except (ValueError, TypeError, RecursionError) as exc:
+            # Valid JSON that is no workload: nesting too deep to parse, a value the Workload
+            # model refuses (pydantic's ValidationError is a ValueError), text that is no str.
+            raise Rejected(
+                "bad_config", f"extra_benchmark_config_str is no workload: {_first_line(exc)}"
+            ) from None
+        return ResolvedWorkload(
+            hashed=Hashed.of(workload.document()),
+            slug=slug_,
+            dtype=dtype,
+            kernel=workload.spec.kernel,
+            variant=variant,
+        )
 
     def implementation(self, provider: str, kernel: str, version: str) -> Hashed:
         key = (provider, kernel, version)
@@ -355,6 +384,7 @@ class Resolver:
     def resolve(self, key: DescriptorKey) -> Descriptor:
         """Build the descriptor for a key, or raise Rejected with the reason to hold it back."""
         _check_fields(self.catalog, key)
+        canonical_version(key.liger_version)
         environment = self.environment(key.gpu_name, key.software)
         resolved = self.workload(key)
         kernel_name, workload, workload_slug = resolved.kernel, resolved.hashed, resolved.slug
@@ -444,6 +474,11 @@ def _check_fields(catalog: Catalog, key: DescriptorKey) -> None:
         raise Rejected(
             "bad_version", f"liger_version {key.liger_version!r} is not PEP 440"
         ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 def resolve(catalog: Catalog, key: DescriptorKey) -> Descriptor:
