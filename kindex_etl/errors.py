@@ -23,6 +23,12 @@ class NotFound(StorageError):
     """The object does not exist."""
 
 
+class UnsafeKey(KindexError, ValueError):
+    """An object key that could name a path outside its store (`..`, `/x`, `a//b`, control
+    characters, backslashes, a symlink leaving the folder). Keys are data: this rejects one
+    object, never the run."""
+
+
 class BadFile(KindexError):
     """A whole upstream object cannot be read as an upstream CSV; `reason` is a stable code."""
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from kindex_etl.storage import NotFound, ObjectInfo, ObjectStore
+from kindex_etl.storage import NotFound, ObjectInfo, ObjectStore, UnsafeKey
 
 ENVIRONMENT_SIDECAR = "environment.json"
 
@@ -51,7 +51,8 @@ def discover(
         if folder in sidecars:
             try:
                 facts = json.loads(store.get_bytes(folder + ENVIRONMENT_SIDECAR))
-            except (NotFound, json.JSONDecodeError):
+            except (NotFound, UnsafeKey, ValueError, RecursionError):
+                # A sidecar that is not readable JSON records nothing; the CSV still counts.
                 facts = None
             if isinstance(facts, dict):
                 software_facts = facts.get("software", facts)

@@ -7,14 +7,18 @@ duplicates). It never commits: `ingest.commit` does that with what `process` ret
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import re
 import shutil
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 import pyarrow as pa
@@ -59,6 +63,8 @@ class Source:
     batches: Callable[[], Iterator[RowBatch]]
     size: int = 0
     replay: bool = False  # held-back rows, not an upstream object version
+    # Physical lines of the object: what a file rejected whole counts as read and held back.
+    count_lines: Callable[[], int] | None = None
 
 
 @dataclass
@@ -68,6 +74,83 @@ class StagedBatch:
     record: CommitRecord | None
     reports: list[ObjectReport]
     reasons: Counter[str]
+
+
+class _RejectedLate(Exception):
+    """An object proved bad after some of its rows were handed to the writers."""
+
+    def __init__(self, key: str, bad: BadFile) -> None:
+        super().__init__(key)
+        self.key = key
+        self.bad = bad
+
+
+WORKDIR_PREFIX = "kindex-"
+_WORKDIR_NAME = re.compile(r"^kindex-[0-9a-f]{16}-")
+_OWNER = ".kindex-owner"
+# A work folder without its owner lock is one a killed run made just before taking the lock
+# (or one from before the lock existed); nothing live goes this long without it.
+_UNLOCKED_GRACE_S = 60.0
+
+
+@dataclass
+class WorkDir:
+    """A batch's local work folder, locked by its process for as long as that process lives.
+
+    The lock (flock on a file inside) is released by the kernel when the process dies, even by
+    SIGKILL: the next run tells orphans from live folders of concurrent ingests by trying it.
+    """
+
+    path: Path
+    _owner: IO[str] | None = None
+
+    @classmethod
+    def create(cls, batch: str) -> WorkDir:
+        path = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{batch}-"))
+        owner = (path / _OWNER).open("w")
+        fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return cls(path, owner)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+        if self._owner is not None:
+            self._owner.close()
+            self._owner = None
+
+
+def remove_orphaned_workdirs(root: Path | None = None) -> list[Path]:
+    """Remove work folders of dead runs under the temp folder; returns what was removed."""
+    root = Path(root or tempfile.gettempdir())
+    removed: list[Path] = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    now = time.time()
+    for path in entries:
+        if not _WORKDIR_NAME.match(path.name) or not path.is_dir() or path.is_symlink():
+            continue
+        try:
+            with (path / _OWNER).open("a") as owner:
+                try:
+                    fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # its process is alive
+                shutil.rmtree(path, ignore_errors=True)
+        except FileNotFoundError:
+            pass  # removed meanwhile, or a folder without its lock yet
+        except OSError:
+            continue
+        else:
+            removed.append(path)
+            continue
+        try:
+            if path.exists() and now - path.stat().st_mtime > _UNLOCKED_GRACE_S:
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+        except OSError:
+            continue
+    return removed
 
 
 def batch_id(base_seq: int, sources: Iterable[Source], salt: str) -> str:
@@ -100,6 +183,9 @@ class Ingestor:
         self.normalizer = ColumnarNormalizer(catalog)
         self.index = RunIndex()
         self._indexed_seq = -1
+        # A process starts an ingestor once per warehouse: the moment to sweep up after runs
+        # that were killed (their work folders hold up to a batch of Parquet each).
+        remove_orphaned_workdirs()
 
     def _rebuild_index(self) -> None:
         """Load the run keys of every committed run, so re-delivered rows become duplicates."""
@@ -124,65 +210,100 @@ class Ingestor:
         replayed_files: list[str] | None = None,
         carry: pa.Table | None = None,
     ) -> StagedBatch:
-        """Normalize and stage `sources` as one batch; return the commit record to write."""
-        self._rebuild_index()
+        """Normalize and stage `sources` as one batch; return the commit record to write.
+
+        An object is all or nothing: one that turns out bad after some of its rows were
+        written (bytes that stop being UTF-8 in a later block) makes the batch start over with
+        that object rejected up front, so no part of it is in the commit.
+        """
         batch = batch_id(self.warehouse.head, sources, salt)
-        workdir = Path(tempfile.mkdtemp(prefix=f"kindex-{batch}-"))
+        rejected: dict[str, BadFile] = {}
+        while True:
+            self._rebuild_index()
+            try:
+                return self._process_once(batch, sources, rejected, replayed_files, carry)
+            except _RejectedLate as late:
+                rejected[late.key] = late.bad
+
+    def _process_once(
+        self,
+        batch: str,
+        sources: list[Source],
+        rejected: dict[str, BadFile],
+        replayed_files: list[str] | None,
+        carry: pa.Table | None,
+    ) -> StagedBatch:
+        workdir = WorkDir.create(batch)
         work = _Work(
-            runs=RunsWriter(workdir, batch, RUN_WRITE_SCHEMA),
+            runs=RunsWriter(workdir.path, batch, RUN_WRITE_SCHEMA),
             quarantine=ParquetTableWriter(
-                workdir, layout.table_key(layout.QUARANTINE, batch), QUARANTINE_SCHEMA
+                workdir.path, layout.table_key(layout.QUARANTINE, batch), QUARANTINE_SCHEMA
             ),
         )
         # Until this batch commits, the run index holds its keys; any failure must drop them.
         self._indexed_seq = -1
         reports: list[ObjectReport] = []
         try:
-            if carry is not None and carry.num_rows:
-                # Held-back rows that a replay cannot change (malformed, bad files) stay open.
-                work.background.submit(partial(work.quarantine.write, carry))
-            for source in sources:
-                report = ObjectReport(
-                    key=source.key,
-                    etag=source.etag,
-                    size=source.size,
-                    status="replayed" if source.replay else "ingested",
-                )
-                reports.append(report)
-                self._read_source(source, report, work)
-            work.background.close()
-        except BaseException:
-            shutil.rmtree(workdir, ignore_errors=True)
-            raise
-        try:
-            files = self._close(work, workdir, batch)
+            try:
+                if carry is not None and carry.num_rows:
+                    # Held-back rows that a replay cannot change (malformed, bad files) stay open.
+                    work.background.submit(partial(work.quarantine.write, carry))
+                for source in sources:
+                    report = ObjectReport(
+                        key=source.key,
+                        etag=source.etag,
+                        size=source.size,
+                        status="replayed" if source.replay else "ingested",
+                    )
+                    reports.append(report)
+                    if source.key in rejected and not source.replay:
+                        self._reject(source, report, work, rejected[source.key])
+                    else:
+                        self._read_source(source, report, work)
+                work.background.close()
+            finally:
+                # The writer thread must be gone before its folder is: else it writes a file
+                # into a removed folder, recreating it after the cleanup.
+                work.background.abort()
+            files = self._close(work, workdir.path, batch)
             if not files and not replayed_files and self._all_done(reports):
                 self._indexed_seq = self.warehouse.head  # no key was added
                 return StagedBatch(None, reports, work.reasons)
             for f in files:
                 self.warehouse.stage(batch, f.key, f.path)
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            workdir.remove()
         fault_point("after_stage")
         return StagedBatch(
             _record(batch, reports, files, work, replayed_files), reports, work.reasons
         )
 
     def _read_source(self, source: Source, report: ObjectReport, work: _Work) -> None:
+        submitted = False
         try:
             for rb in prefetch(source.batches()):
                 self._one_batch(source, rb, report, work)
+                submitted = True
         except BadFile as bad:
-            report.status = "rejected"
-            report.detail = bad.detail
-            report.quarantined += 1
-            work.reasons[bad.reason] += 1
-            rejection = held_back_without_row(
-                source.key, source.etag, source.software, [None], bad.reason, [bad.detail]
-            )
-            work.background.submit(partial(work.quarantine.write, rejection))
+            if submitted:
+                raise _RejectedLate(source.key, bad) from None
+            self._reject(source, report, work, bad)
         except StorageError as exc:
             raise StorageError(f"reading {source.key}: {exc}") from None
+
+    def _reject(self, source: Source, report: ObjectReport, work: _Work, bad: BadFile) -> None:
+        """The whole object is held back: each of its lines counts as read and held back."""
+        lines = source.count_lines() if source.count_lines is not None else max(report.rows, 1)
+        report.status = "rejected"
+        report.detail = bad.detail
+        report.rows = lines
+        report.runs = report.duplicates = 0
+        report.quarantined = lines
+        work.reasons[bad.reason] += lines
+        rejection = held_back_without_row(
+            source.key, source.etag, source.software, [None], bad.reason, [bad.detail]
+        )
+        work.background.submit(partial(work.quarantine.write, rejection))
 
     def _one_batch(self, source: Source, rb: RowBatch, report: ObjectReport, work: _Work) -> None:
         report.rows += rb.batch.num_rows + len(rb.malformed)

@@ -18,7 +18,7 @@ from kindex_etl.catalog import Catalog, default_catalog
 from kindex_etl.config import settings
 from kindex_etl.contracts.versions import sort_versions
 from kindex_etl.extract.discover import Candidate, discover, pending
-from kindex_etl.extract.read import read_batches
+from kindex_etl.extract.read import count_lines, read_batches
 from kindex_etl.ingestion.batch import Ingestor, Source
 from kindex_etl.ingestion.commit import BatchOutcome, commit_sources
 from kindex_etl.ingestion.results import IngestSummary, ObjectReport
@@ -128,6 +128,7 @@ def _source(store: ObjectStore, c: Candidate) -> Source:
         software=c.software,
         size=c.info.size,
         batches=lambda: read_batches(store, c.key),
+        count_lines=lambda: count_lines(store, c.key),
     )
 
 

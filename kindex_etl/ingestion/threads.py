@@ -41,10 +41,15 @@ class Background:
         self._queue.put(job)
 
     def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
+        self.abort()
         if self._error is not None:
             raise self._error
+
+    def abort(self) -> None:
+        """Stop the thread after its queued jobs (skipped once one failed); idempotent."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
 
 
 _DONE = object()

@@ -157,9 +157,23 @@ class Warehouse:
         record = record.model_copy(
             update={"seq": seq, "committed_at": utcnow(), "writer": _writer_id()}
         )
-        self.store.put_bytes(layout.log_key(seq), record.to_json(), if_none_match=True)
+        payload = record.to_json()
+        try:
+            self.store.put_bytes(layout.log_key(seq), payload, if_none_match=True)
+        except StorageError:
+            # The PUT may have succeeded with its reply lost: the SDK's retry then meets our own
+            # record (412), or the retries ran out. Read the record back: it is ours (these
+            # exact bytes: our writer id and commit time) or it is not, and only then do we know.
+            if not self._is_ours(seq, payload):
+                raise
         self._records[seq] = record
         return seq
+
+    def _is_ours(self, seq: int, payload: bytes) -> bool:
+        try:
+            return self.store.get_bytes(layout.log_key(seq)) == payload
+        except NotFound:
+            return False
 
     def publish(self, record: CommitRecord) -> None:
         """Move a committed batch's staged files to their final keys (idempotent)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import urlparse
 
-from kindex_etl.errors import NotFound, PreconditionFailed, StorageError
+from kindex_etl.errors import NotFound, PreconditionFailed, StorageError, UnsafeKey
 from kindex_etl.storage.base import ObjectInfo, ObjectStore, check_key
 from kindex_etl.storage.local import LocalStore
 
@@ -16,6 +16,7 @@ __all__ = [
     "ObjectStore",
     "PreconditionFailed",
     "StorageError",
+    "UnsafeKey",
     "check_key",
     "open_store",
     "store_url",

@@ -14,16 +14,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO, Protocol, runtime_checkable
 
+from kindex_etl.errors import UnsafeKey
+
 _BAD_SEGMENTS = {"", ".", ".."}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\\]")
 
 
 def check_key(key: str) -> str:
-    """Return `key` if it is a safe relative object key, else raise ValueError."""
+    """Return `key` if it is a safe relative object key, else raise UnsafeKey (a ValueError)."""
     if not key or key.startswith("/") or _CONTROL.search(key):
-        raise ValueError(f"unsafe object key: {key!r}")
+        raise UnsafeKey(f"unsafe object key: {key!r}")
     if any(part in _BAD_SEGMENTS for part in key.split("/")):
-        raise ValueError(f"unsafe object key: {key!r}")
+        raise UnsafeKey(f"unsafe object key: {key!r}")
     return key
 
 

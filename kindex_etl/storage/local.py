@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from kindex_etl.errors import NotFound, PreconditionFailed, StorageError
+from kindex_etl.errors import NotFound, PreconditionFailed, StorageError, UnsafeKey
 from kindex_etl.storage.base import ObjectInfo, check_key
 
 # delete() prunes empty folders, so a folder just made for a new file can vanish before the
@@ -40,7 +40,8 @@ class LocalStore:
     def _path(self, key: str) -> Path:
         path = (self.root / check_key(key)).resolve()
         if self.root not in path.parents:
-            raise ValueError(f"unsafe object key: {key!r}")
+            # A symlink (or a link in a parent folder) leading out of the root.
+            raise UnsafeKey(f"unsafe object key: {key!r} leads outside {self.root}")
         return path
 
     def _info(self, key: str, path: Path) -> ObjectInfo:

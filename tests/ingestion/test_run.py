@@ -187,12 +187,13 @@ def test_bad_rows_and_files_are_set_aside_with_reasons(tmp_path):
         "unknown_metric": 1,
         "bad_identifier": 1,
         "malformed_row": 1,
-        "bad_header": 1,
-        "empty_file": 1,
+        "bad_header": 2,  # a file rejected whole counts its lines (header and one row)
+        "empty_file": 1,  # and at least one
     }
-    assert summary.quarantined_rows == 10
+    assert summary.quarantined_rows == 11
+    assert summary.rows_read == summary.runs_written + summary.quarantined_rows
     held = open_quarantine(str(warehouse)).to_pylist()
-    assert len(held) == 10
+    assert len(held) == 10  # one entry per row, and one per rejected file
     by_reason = {r["reason"]: r for r in held}
     assert by_reason["unknown_gpu"]["source_key"] == "benchmarks/abc1234/benchmark.csv"
     assert by_reason["unknown_gpu"]["source_row"] == 4  # header is line 1
