@@ -233,6 +233,12 @@ def load_catalog(override_dir: str | Path | None = None) -> Catalog:
     then replay the rows that were held back for it (`kindex-etl replay`).
     """
     directory = Path(override_dir) if override_dir else None
+    if directory is not None and not directory.is_dir():
+        # Silently falling back to the packaged catalog would make a replay "succeed" with
+        # the very catalog that held the rows back.
+        from kindex_etl.errors import KindexError
+
+        raise KindexError(f"catalog directory {directory} does not exist")
     files = {name: _read_json(name, directory) for name in CATALOG_FILES}
     gpus, kernels, workloads = files["gpus.json"], files["kernels.json"], files["workloads.json"]
     return Catalog(
