@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import os
 import re
 import shutil
 import tempfile
@@ -131,12 +132,16 @@ def remove_orphaned_workdirs(root: Path | None = None) -> list[Path]:
         if not _WORKDIR_NAME.match(path.name) or not path.is_dir() or path.is_symlink():
             continue
         try:
-            with (path / _OWNER).open("a") as owner:
+            # Opened, never created: a folder without the lock file is judged by age below.
+            fd = os.open(path / _OWNER, os.O_RDONLY)
+            try:
                 try:
-                    fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     continue  # its process is alive
                 shutil.rmtree(path, ignore_errors=True)
+            finally:
+                os.close(fd)
         except FileNotFoundError:
             pass  # removed meanwhile, or a folder without its lock yet
         except OSError:

@@ -1,0 +1,90 @@
+"""Local work folders: gone on every exit path, and a killed run's folders swept by the next."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from kindex_etl import IngestOptions, ingest
+from kindex_etl.ingestion.batch import WorkDir, remove_orphaned_workdirs
+from kindex_etl.load.writers import RunsWriter
+from tests.helpers import REPO, row, seed_row, write_csv
+
+
+@pytest.fixture
+def tmpdir_root(tmp_path, monkeypatch):
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+def _kindex_dirs(root):
+    return sorted(p.name for p in root.iterdir() if p.name.startswith("kindex-"))
+
+
+def test_successful_and_failed_batches_leave_no_work_folder(tmp_path, tmpdir_root, monkeypatch):
+    write_csv(tmp_path / "up" / "a.csv", [seed_row()])
+    ingest(str(tmp_path / "up"), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    assert _kindex_dirs(tmpdir_root) == []
+
+    def fail(self, runs, lines):
+        time.sleep(0.05)  # still writing when the reader side has finished
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(RunsWriter, "write", fail)
+    write_csv(tmp_path / "up" / "b.csv", [row(timestamp="2026-06-11 10:00:00")])
+    with pytest.raises(OSError, match="No space"):
+        ingest(str(tmp_path / "up"), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    time.sleep(0.1)  # a writer thread left running would recreate its folder by now
+    assert _kindex_dirs(tmpdir_root) == []
+
+
+def test_orphans_are_removed_and_live_folders_kept(tmpdir_root):
+    live = WorkDir.create("a" * 16)
+    dead = WorkDir.create("b" * 16)
+    dead._owner.close()  # as the kernel does when its process dies
+    dead._owner = None
+    old_unlocked = tmpdir_root / ("kindex-" + "c" * 16 + "-x")
+    old_unlocked.mkdir()
+    os.utime(old_unlocked, (time.time() - 3600, time.time() - 3600))
+    fresh_unlocked = tmpdir_root / ("kindex-" + "d" * 16 + "-x")
+    fresh_unlocked.mkdir()
+    other = tmpdir_root / "kindex-not-a-batch"
+    other.mkdir()
+    removed = remove_orphaned_workdirs()
+    assert sorted(p.name for p in removed) == sorted([dead.path.name, old_unlocked.name])
+    assert live.path.exists() and fresh_unlocked.exists() and other.exists()
+    live.remove()
+    assert not live.path.exists()
+
+
+def test_a_sigkilled_runs_folder_is_swept_by_the_next_ingestor(tmp_path, tmpdir_root):
+    code = (
+        "import os, signal, sys\n"
+        "from kindex_etl.ingestion.batch import WorkDir\n"
+        "w = WorkDir.create('e' * 16)\n"
+        "(w.path / 'part.parquet').write_bytes(b'x' * 1000)\n"
+        "print(w.path, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmpdir_root)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == -9
+    left = tmpdir_root / os.path.basename(out.stdout.strip())
+    assert left.is_dir()
+    with (left / ".kindex-owner").open("a") as fh:  # the kernel let go of the lock
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fh, fcntl.LOCK_UN)
+    write_csv(tmp_path / "up" / "a.csv", [seed_row()])
+    # The sweep runs when an ingest's ingestor starts.
+    ingest(str(tmp_path / "up"), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    assert not left.exists()
