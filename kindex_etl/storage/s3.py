@@ -9,7 +9,9 @@ nothing from the request (headers and signatures can carry session tokens).
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
+import os
 import re
 from collections.abc import Iterator
 from datetime import UTC
@@ -82,6 +84,24 @@ def _error_code(exc: ClientError) -> tuple[str, int | None]:
     return str(error.get("Code", "Unknown")), status
 
 
+def _aws_environment() -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+
+
+@functools.lru_cache(maxsize=8)
+def _client(environment: tuple[tuple[str, str], ...]) -> Any:
+    """One client per AWS environment, shared by every store of the process.
+
+    A new Session loads botocore's service models again (about 0.3 s each); an ingest opens
+    a handful of stores. Clients are thread-safe; keying on the AWS_* variables means a store
+    opened after the environment changed (another endpoint, other credentials) gets its own.
+    A Session of our own keeps us off boto3's module-level default session, which other code
+    may have configured differently.
+    """
+    del environment  # the cache key; boto3 reads the environment itself
+    return boto3.session.Session().client("s3", config=_CLIENT_CONFIG)
+
+
 class S3Store:
     """An `ObjectStore` over one bucket, optionally rooted at a key prefix."""
 
@@ -94,9 +114,7 @@ class S3Store:
         self.bucket = bucket
         self.prefix = prefix
         self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
-        # A Session of our own keeps this store off boto3's module-level default session, which
-        # other code may have configured differently.
-        self._client: Any = boto3.session.Session().client("s3", config=_CLIENT_CONFIG)
+        self._client: Any = _client(_aws_environment())
 
     @classmethod
     def from_url(cls, url: str) -> S3Store:
