@@ -288,7 +288,15 @@ def _place(
 
 def _bad_file(exc: Exception) -> BadFile:
     text = str(exc)
-    if isinstance(exc, UnicodeDecodeError) or "UTF8" in text or "utf8" in text.lower():
+    # A malformed row that is not UTF-8 either: pyarrow fails to decode it for the handler
+    # and reports a parse error quoting it with U+FFFD.
+    malformed_bytes = "CSV parse error" in text and "\ufffd" in text
+    if (
+        isinstance(exc, UnicodeDecodeError)
+        or malformed_bytes
+        or "UTF8" in text
+        or "utf8" in text.lower()
+    ):
         return BadFile("bad_encoding", f"not UTF-8 text: {text[:300]}")
     if "straddl" in text:
         return BadFile(

@@ -147,6 +147,12 @@ def test_bytes_that_stop_being_utf8_are_bad_encoding(tmp_path):
     assert bad.reason == "bad_encoding"
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_malformed_row_that_is_not_utf8_is_bad_encoding(tmp_path):
+    data = f"{HEADER}\n{SEED_LINE}\n".encode() + b"a,\xb9b\n" + SEED_LINE.encode() + b"\n"
+    assert _bad(tmp_path, data).reason == "bad_encoding"
+
+
 def test_header_without_upstream_columns_is_bad_header():
     with pytest.raises(BadFile) as caught:
         check_header(b"name,value\nx,1\n")
