@@ -17,7 +17,16 @@ from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
 
 # Reasons a replay cannot change: the row has no fields to re-read, or the file was rejected.
 FILE_LEVEL_REASONS = frozenset(
-    {"bad_header", "empty_file", "bad_encoding", "unreadable", "malformed_row"}
+    {
+        "bad_header",
+        "empty_file",
+        "bad_encoding",
+        "compressed_file",
+        "line_too_long",
+        "unsafe_key",
+        "unreadable",
+        "malformed_row",
+    }
 )
 
 
