@@ -158,6 +158,12 @@ def remove_orphaned_workdirs(root: Path | None = None) -> list[Path]:
     return removed
 
 
+def held_keys(table: pa.Table) -> list[tuple[object, ...]]:
+    """What says a held-back row is the same one held back for the same reason."""
+    columns = ("source_key", "source_etag", "source_row", "reason", "detail")
+    return list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
+
+
 def batch_id(base_seq: int, sources: Iterable[Source], salt: str) -> str:
     """Deterministic: two writers that ingest the same sources from one base share the id."""
     h = hashlib.sha256(f"{base_seq}\n{salt}\n".encode())
@@ -177,6 +183,8 @@ class _Work:
     versions: set[str] = field(default_factory=set)
     descriptor_ids: set[int] = field(default_factory=set)
     digests: set[str] = field(default_factory=set)  # descriptor digests new to the warehouse
+    # (key, etag, line, reason, detail) of every row held back, when a replay asks for it.
+    held: Counter[tuple[object, ...]] | None = None
 
 
 class Ingestor:
@@ -214,8 +222,13 @@ class Ingestor:
         salt: str = "",
         replayed_files: list[str] | None = None,
         carry: pa.Table | None = None,
+        unchanged_if: Counter[tuple[object, ...]] | None = None,
     ) -> StagedBatch:
         """Normalize and stage `sources` as one batch; return the commit record to write.
+
+        `unchanged_if` (a replay): the held-back rows it replays, as `held_key` tuples. When
+        no row became a run and exactly these rows are held back again, for the same reasons,
+        there is nothing to commit (no record, no new quarantine file).
 
         An object is all or nothing: one that turns out bad after some of its rows were
         written (bytes that stop being UTF-8 in a later block) makes the batch start over with
@@ -226,7 +239,9 @@ class Ingestor:
         while True:
             self._rebuild_index()
             try:
-                return self._process_once(batch, sources, rejected, replayed_files, carry)
+                return self._process_once(
+                    batch, sources, rejected, replayed_files, carry, unchanged_if
+                )
             except _RejectedLate as late:
                 rejected[late.key] = late.bad
 
@@ -237,6 +252,7 @@ class Ingestor:
         rejected: dict[str, BadFile],
         replayed_files: list[str] | None,
         carry: pa.Table | None,
+        unchanged_if: Counter[tuple[object, ...]] | None,
     ) -> StagedBatch:
         workdir = WorkDir.create(batch)
         work = _Work(
@@ -244,6 +260,7 @@ class Ingestor:
             quarantine=ParquetTableWriter(
                 workdir.path, layout.table_key(layout.QUARANTINE, batch), QUARANTINE_SCHEMA
             ),
+            held=Counter() if unchanged_if is not None else None,
         )
         # Until this batch commits, the run index holds its keys; any failure must drop them.
         self._indexed_seq = -1
@@ -270,6 +287,13 @@ class Ingestor:
                 # The writer thread must be gone before its folder is: else it writes a file
                 # into a removed folder, recreating it after the cleanup.
                 work.background.abort()
+            if (
+                unchanged_if is not None
+                and work.held == unchanged_if
+                and not any(r.runs or r.duplicates for r in reports)
+            ):
+                self._indexed_seq = self.warehouse.head  # no key was added
+                return StagedBatch(None, reports, work.reasons)
             files = self._close(work, workdir.path, batch)
             if not files and not replayed_files and self._all_done(reports):
                 self._indexed_seq = self.warehouse.head  # no key was added
@@ -349,6 +373,8 @@ class Ingestor:
             )
         q = pa.concat_tables(held) if len(held) > 1 else held[0]
         work.reasons.update(q.column("reason").to_pylist())
+        if work.held is not None:
+            work.held.update(held_keys(q))
         keep = pa.array(result.keep)
         runs = nb.runs.filter(keep)
         lines = nb.json_lines.filter(keep)

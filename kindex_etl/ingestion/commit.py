@@ -37,6 +37,7 @@ def commit_sources(
     salt: str = "",
     replayed_files: Callable[[], list[str]] | None = None,
     carry: pa.Table | None = None,
+    unchanged_if: Counter[tuple[object, ...]] | None = None,
 ) -> BatchOutcome:
     """Process, stage and commit one batch, retrying when a concurrent writer commits first."""
     warehouse = ingestor.warehouse
@@ -45,7 +46,9 @@ def commit_sources(
         if not sources:
             return BatchOutcome()
         replayed = replayed_files() if replayed_files else None
-        staged = ingestor.process(sources, salt=salt, replayed_files=replayed, carry=carry)
+        staged = ingestor.process(
+            sources, salt=salt, replayed_files=replayed, carry=carry, unchanged_if=unchanged_if
+        )
         reasons = dict(Counter(staged.reasons))
         if staged.record is None:
             return BatchOutcome(staged.reports, reasons)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 
 import numpy as np
@@ -13,7 +14,7 @@ from kindex_etl.contracts.tables import QUARANTINE_SCHEMA
 from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
 from kindex_etl.contracts.versions import sort_versions
 from kindex_etl.extract.read import RowBatch
-from kindex_etl.ingestion.batch import Ingestor, Source
+from kindex_etl.ingestion.batch import Ingestor, Source, held_keys
 from kindex_etl.ingestion.commit import commit_sources
 from kindex_etl.ingestion.results import IngestSummary
 from kindex_etl.load import layout
@@ -92,6 +93,8 @@ def replay(warehouse_url: str, *, catalog: Catalog | None = None) -> IngestSumma
         salt="replay:" + ",".join(files),
         replayed_files=lambda: files,
         carry=carry,
+        # A replay that changes nothing commits nothing: no record, no quarantine file.
+        unchanged_if=Counter(held_keys(rows)),
     )
     summary.add(outcome.reports, outcome.reasons)
     if outcome.commit is not None:

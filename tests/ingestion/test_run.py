@@ -260,8 +260,11 @@ def test_replay_after_catalog_update(tmp_path):
     summary = ingest(str(upstream), str(warehouse))
     assert summary.quarantined_by_reason == {"unknown_gpu": 1}
 
+    before = tree_digest(warehouse)
     unchanged = replay(str(warehouse))
     assert unchanged.runs_written == 0 and unchanged.quarantined_rows == 1
+    assert unchanged.commits == []
+    assert tree_digest(warehouse) == before  # no commit, no quarantine file: nothing changed
     assert len(open_quarantine(str(warehouse))) == 1
 
     catalog_dir = tmp_path / "catalog"
