@@ -8,7 +8,7 @@ from kindex_etl import IngestOptions, ingest
 from kindex_etl.errors import KindexError, UnsafeKey
 from kindex_etl.storage import check_key
 from tests.helpers import SEED_LINE
-from tests.load import HEADER, assert_consistent
+from tests.warehouse import HEADER, assert_consistent
 
 HOSTILE_KEYS = [
     "../escape.csv",

@@ -9,6 +9,7 @@ with the test user's key only.
 from __future__ import annotations
 
 import json
+import urllib.request
 import uuid
 from string import Template
 
@@ -20,19 +21,22 @@ from kindex_etl import IngestOptions, ingest
 from kindex_etl.errors import StorageError
 from kindex_etl.storage import open_store
 from tests.helpers import REPO, SEED_LINE
-from tests.load import HEADER, assert_consistent, put_objects
+from tests.warehouse import HEADER, assert_consistent, put_objects
 
 POLICY = REPO / "deploy" / "iam" / "ingest-worker-policy.json"
 
 
-def _enforce_iam(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The server runs in this process: its INITIAL_NO_AUTH_ACTION_COUNT (read from the
-    # environment at import) is set directly, and its count of unauthenticated requests reset.
-    from moto import settings
-    from moto.core.authorization import ActionAuthenticatorMixin
-
-    monkeypatch.setattr(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)
-    monkeypatch.setattr(ActionAuthenticatorMixin, "request_count", 0)
+def _no_auth_action_count(endpoint: str, count: str) -> None:
+    """Set the server's INITIAL_NO_AUTH_ACTION_COUNT (and restart its count of requests)."""
+    # Not form-encoded (urllib's default): the server reads the raw body.
+    request = urllib.request.Request(
+        f"{endpoint}/moto-api/reset-auth",
+        data=count.encode(),
+        method="POST",
+        headers={"Content-Type": "text/plain"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        assert reply.status == 200
 
 
 @pytest.fixture
@@ -66,8 +70,12 @@ def worker(moto_server, monkeypatch):
     key = iam.create_access_key(UserName=user)["AccessKey"]
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
-    _enforce_iam(monkeypatch)
-    return names, upstream, f"s3://{names['WAREHOUSE_BUCKET']}/kindex/wh"
+    # From the next request on, every request is authenticated and authorized.
+    _no_auth_action_count(moto_server, "0")
+    try:
+        yield names, upstream, f"s3://{names['WAREHOUSE_BUCKET']}/kindex/wh"
+    finally:
+        _no_auth_action_count(moto_server, "inf")
 
 
 def test_ingest_runs_with_exactly_the_deploy_policy(worker):

@@ -15,16 +15,14 @@ from botocore.retries import standard
 from kindex_etl import IngestOptions, ingest
 from kindex_etl.errors import KindexError
 from kindex_etl.storage.s3 import S3Store
+from tests.s3_faults import KINDS, Faults
 from tests.s3_fixtures import TEST_SECRET_ACCESS_KEY
-
-from . import assert_consistent, data_objects, documents, put_objects, tables
-from .faults import KINDS, Faults
+from tests.warehouse import assert_consistent, data_objects, documents, put_objects, tables
 
 
 def _upstream_objects() -> dict[str, bytes]:
     from tests.helpers import SEED_LINE
-
-    from . import HEADER
+    from tests.warehouse import HEADER
 
     bad_row = SEED_LINE.replace("NVIDIA H100 80GB HBM3", "NVIDIA H9 Imaginary")
     first = HEADER + "\n".join([SEED_LINE, SEED_LINE.replace(",torch,", ",liger,"), bad_row])
@@ -144,8 +142,7 @@ def test_lost_reply_to_the_commit_record_on_s3(make_bucket, faults, clean_run):
     # SDK's retry meets our own record (412). The run counts the batch and advances the
     # snapshot itself; no second ingest is needed.
     from kindex_etl.load import layout
-
-    from . import snapshot
+    from tests.warehouse import snapshot
 
     bucket = make_bucket()
     up, wh = f"s3://{bucket}/up", f"s3://{bucket}/wh"
