@@ -203,3 +203,51 @@ def test_source_row_counts_blank_lines_and_quoted_newlines(tmp_path):
 def test_a_catalog_dir_that_does_not_exist_is_an_error(tmp_path):
     with pytest.raises(KindexError, match="does not exist"):
         load_catalog(tmp_path / "nope")
+
+
+@pytest.mark.slow
+def test_the_cli_exits_0_with_every_hostile_input_at_once(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO
+
+    _clean(tmp_path)
+    up = tmp_path / "up"
+    write_csv(up / HOSTILE, [row(**overrides) for overrides, _ in ROW_CASES.values()])
+    for i, (data, _, _) in enumerate(FILE_CASES.values()):
+        (up / "files" / f"{i}.csv").parent.mkdir(parents=True, exist_ok=True)
+        (up / "files" / f"{i}.csv").write_bytes(data)
+    write_csv(up / "back\\slash.csv", [seed_row()])
+    secret = write_csv(tmp_path / "outside" / "passwd.csv", [seed_row()])
+    (up / "evil").mkdir()
+    (up / "evil" / "passwd.csv").symlink_to(secret)
+    home = tmp_path / "prefect-home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "AWS_"))}
+    env.update(
+        PREFECT_HOME=str(home),
+        DO_NOT_TRACK="1",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PYTHONPATH=str(REPO),
+    )
+    args = ["ingest", "--upstream", str(up), "--warehouse", str(tmp_path / "wh")]
+    done = subprocess.run(
+        [sys.executable, "-m", "kindex_etl.cli", *args, "--json", "--no-trigger"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["rows_read"] == (
+        summary["runs_written"] + summary["duplicate_rows"] + summary["quarantined_rows"]
+    )
+    assert summary["objects_rejected"] == len(FILE_CASES) + 2
+    assert summary["runs_written"] == 2  # the clean file; every hostile row is held back
+    expected = {reason for _, reason in ROW_CASES.values()}
+    expected |= {reason for _, reason, _ in FILE_CASES.values()} | {"unsafe_key"}
+    assert set(summary["quarantined_by_reason"]) == expected
