@@ -98,6 +98,10 @@ class DescriptorTable:
                 found = len(self.descriptors) - 1
             except Rejected as rejected:
                 found = rejected
+            except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as exc:
+                # Anything else one key trips over is that key's fault, not the run's: its rows
+                # are held back, with the error as the detail so the cause stays visible.
+                found = Rejected("unprocessable_row", f"{type(exc).__name__}: {str(exc)[:300]}")
             self._by_key[key] = found
         return found
 

@@ -56,6 +56,7 @@ ROW_CASES = {
     "config nested object": ({"extra_benchmark_config_str": '{"S": {"a": 1}}'}, "bad_config"),
     "config list": ({"extra_benchmark_config_str": '{"S": [1, 2]}'}, "bad_config"),
     "config nested too deep": ({"extra_benchmark_config_str": "[" * 100000}, "bad_config"),
+    "config lone surrogate": ({"extra_benchmark_config_str": '{"S": "\\ud800"}'}, "bad_config"),
     "x_value beyond 2**53": ({"x_value": "9007199254740993"}, "bad_value"),
     "liger_version with a tab": ({"liger_version": "0.8.0\t"}, "bad_version"),
     "liger_version with spaces": ({"liger_version": " 0.8.0 "}, "bad_version"),

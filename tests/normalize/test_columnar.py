@@ -91,3 +91,27 @@ def test_upstream_sample_agrees():
         convert_options=pcsv.ConvertOptions(column_types=types, strings_can_be_null=False),
     )
     assert _check_agrees(table.to_pylist()) == 2448
+
+
+def test_an_unexpected_error_resolving_a_key_holds_its_rows_back(monkeypatch):
+    from kindex_etl.normalize.descriptors import Resolver
+
+    real = Resolver.resolve
+
+    def resolve(self, key):
+        if key.provider == "liger":
+            raise KeyError("a catalog entry this key trips over")
+        return real(self, key)
+
+    monkeypatch.setattr(Resolver, "resolve", resolve)
+    rows = [seed_row(), row(kernel_provider="liger")]
+    batch = pa.RecordBatch.from_pylist(
+        rows, schema=pa.schema([(c, pa.string()) for c in UPSTREAM_COLUMNS])
+    )
+    nb = ColumnarNormalizer(default_catalog()).normalize(
+        batch, source_key="k", source_etag="e", lines=np.array([2, 3])
+    )
+    assert nb.runs.num_rows == 1
+    held = nb.quarantine.to_pylist()
+    assert [(h["reason"], h["source_row"]) for h in held] == [("unprocessable_row", 3)]
+    assert "KeyError" in held[0]["detail"]
