@@ -86,6 +86,17 @@ class _Replayed(io.RawIOBase):
         return len(data)
 
 
+def _rewound(head: bytes, stream: BinaryIO) -> BinaryIO:
+    """The stream from its first byte again: a seek where it can (a file), else a replay."""
+    try:
+        if stream.seekable():
+            stream.seek(0)
+            return stream
+    except (OSError, ValueError):
+        pass
+    return io.BufferedReader(_Replayed(head, stream), buffer_size=1 << 20)
+
+
 def _read_head(stream: BinaryIO, limit: int) -> bytes:
     parts: list[bytes] = []
     size = 0
@@ -148,6 +159,15 @@ def count_lines(store: ObjectStore, key: str, *, chunk: int = 1 << 20) -> int:
     return max(1, breaks + (1 if last not in (b"", b"\n") else 0))
 
 
+def _may_break(column: pa.Array) -> bool:
+    """Whether any value might hold a line break: one vectorized look at the value bytes."""
+    data = column.buffers()[2]
+    if data is None:
+        return False
+    raw = np.frombuffer(data, dtype=np.uint8)
+    return bool((raw == 10).any() or (raw == 13).any())
+
+
 def _breaks(column: pa.Array) -> np.ndarray:
     """Line breaks inside each value (\\r\\n, \\n or \\r): rows that span several lines."""
     n = pc.count_substring(column, "\n").to_numpy(zero_copy_only=False).astype(np.int64)
@@ -195,7 +215,7 @@ def read_batches(
         names = check_header(head)
         try:
             reader = pcsv.open_csv(
-                _Replayed(head, stream),
+                _rewound(head, stream),
                 read_options=pcsv.ReadOptions(use_threads=False, block_size=block_size),
                 parse_options=pcsv.ParseOptions(
                     invalid_row_handler=on_invalid,
@@ -238,14 +258,13 @@ def _batches(reader: pcsv.CSVStreamingReader, pending: list[_Pending]) -> Iterat
         pending[:] = [p for p in pending if p.ordinal >= last]
         breaks = np.zeros(n, dtype=np.int64)
         for column in batch.columns:
-            breaks += _breaks(column)
+            if _may_break(column):  # rare: counting per value costs three passes
+                breaks += _breaks(column)
         lines, malformed, carry = _place(ordinals, breaks, placed, carry)
         next_ordinal = last + 1
         rows = batch.select(list(UPSTREAM_COLUMNS))
-        blank = np.ones(n, dtype=bool)
-        for column in batch.columns:
-            blank &= pc.equal(column, "").to_numpy(zero_copy_only=False)
-        if blank.any():
+        blank = _blank(batch)
+        if blank is not None:
             rows = rows.filter(pa.array(~blank))
             lines = lines[~blank]
         yield RowBatch(batch=rows, lines=lines, malformed=malformed)
@@ -256,6 +275,20 @@ def _batches(reader: pcsv.CSVStreamingReader, pending: list[_Pending]) -> Iterat
             {name: pa.array([], pa.string()) for name in UPSTREAM_COLUMNS}
         )
         yield RowBatch(batch=empty, lines=np.empty(0, np.int64), malformed=malformed)
+
+
+def _blank(batch: pa.RecordBatch) -> np.ndarray | None:
+    """Rows whose every field is empty (blank lines), or None when there are none."""
+    blank: np.ndarray | None = None
+    for column in batch.columns:
+        empty = pc.equal(pc.binary_length(column), 0)
+        if blank is None:
+            if not pc.any(empty).as_py():
+                return None  # the usual case: decided by the first column alone
+            blank = empty.to_numpy(zero_copy_only=False)
+        else:
+            blank &= empty.to_numpy(zero_copy_only=False)
+    return blank if blank is not None and blank.any() else None
 
 
 def _ordinals(start: int, count: int, skipped: list[int]) -> np.ndarray:
