@@ -23,6 +23,10 @@ class NotFound(StorageError):
     """The object does not exist."""
 
 
+class CatalogError(KindexError, ValueError):
+    """A catalog (or the override directory naming one) cannot be used."""
+
+
 class UnsafeKey(KindexError, ValueError):
     """An object key that could name a path outside its store (`..`, `/x`, `a//b`, control
     characters, backslashes, a symlink leaving the folder). Keys are data: this rejects one

@@ -236,9 +236,9 @@ def load_catalog(override_dir: str | Path | None = None) -> Catalog:
     if directory is not None and not directory.is_dir():
         # Silently falling back to the packaged catalog would make a replay "succeed" with
         # the very catalog that held the rows back.
-        from kindex_etl.errors import KindexError
+        from kindex_etl.errors import CatalogError
 
-        raise KindexError(f"catalog directory {directory} does not exist")
+        raise CatalogError(f"catalog directory {directory} does not exist")
     files = {name: _read_json(name, directory) for name in CATALOG_FILES}
     gpus, kernels, workloads = files["gpus.json"], files["kernels.json"], files["workloads.json"]
     return Catalog(

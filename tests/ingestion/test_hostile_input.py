@@ -201,9 +201,17 @@ def test_source_row_counts_blank_lines_and_quoted_newlines(tmp_path):
     assert [r["source_row"] for r in runs] == [2]
 
 
-def test_a_catalog_dir_that_does_not_exist_is_an_error(tmp_path):
+def test_a_catalog_dir_that_does_not_exist_is_an_error(tmp_path, capsys):
     with pytest.raises(KindexError, match="does not exist"):
         load_catalog(tmp_path / "nope")
+    from kindex_etl.cli import main
+
+    write_csv(tmp_path / "up" / CLEAN, [seed_row(), row(gpu_name="NVIDIA Z9 Imaginary")])
+    _ingest(tmp_path)
+    args = ["replay", "--warehouse", str(tmp_path / "wh"), "--catalog-dir", str(tmp_path / "nope")]
+    assert main(args) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not exist" in err and "Traceback" not in err
 
 
 @pytest.mark.slow
