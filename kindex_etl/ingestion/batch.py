@@ -108,8 +108,11 @@ class WorkDir:
     @classmethod
     def create(cls, batch: str) -> WorkDir:
         path = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{batch}-"))
-        owner = (path / _OWNER).open("w")
+        # Locked before it takes its name: a sweeper never finds the lock file unlocked while
+        # its owner lives (a rename keeps the inode, and the lock is on the inode's open file).
+        owner = (path / f"{_OWNER}.new").open("w")
         fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(path / f"{_OWNER}.new", path / _OWNER)
         return cls(path, owner)
 
     def remove(self) -> None:
