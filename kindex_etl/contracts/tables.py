@@ -13,6 +13,9 @@ import pyarrow as pa
 from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
 
 _ORIGIN = b"origin"
+# metric -> the unit-named column prefix its values go to (value_* holds both, by value_unit).
+UNIT_COLUMNS = {"speed": "latency_ns", "memory": "peak_memory_bytes"}
+QUANTILES = ("median", "p20", "p80")
 DESCRIPTOR, ROW = b"descriptor", b"row"
 
 
@@ -40,9 +43,11 @@ RUN_SCHEMA = pa.schema(
         _s("gpu_slug"),
         _s("gpu_architecture"),
         _s("liger_version"),
+        _s("release_key"),  # liger_version as text that sorts in PEP 440 order; null if invalid
         _s("x_name"),
         _s("x_label"),
         _s("x_value"),
+        _field("x_value_number", pa.float64(), DESCRIPTOR),  # null when x is not a number
         _s("workload_slug"),
         _s("dtype"),
         _s("config"),
@@ -53,6 +58,8 @@ RUN_SCHEMA = pa.schema(
         _field("source_p50", pa.float64(), ROW),
         _field("source_p20", pa.float64(), ROW),
         _field("source_p80", pa.float64(), ROW),
+        # The same values again, in columns whose names carry the unit: null on the other metric.
+        *(_field(f"{c}_{q}", pa.int64(), ROW) for c in UNIT_COLUMNS.values() for q in QUANTILES),
         _s("protocol_digest"),
         _s("workload_digest"),
         _s("environment_digest"),

@@ -40,3 +40,34 @@ def version_key(text: str) -> tuple[int, Version | str]:
 
 def sort_versions(versions: Iterable[str]) -> list[str]:
     return sorted(versions, key=version_key)
+
+
+_PRE_LETTER = {"a": "a", "b": "b", "rc": "c"}
+_W = 6  # digits per number: release parts and counters up to 999,999
+
+
+def release_key(text: str) -> str | None:
+    """A text key whose plain string order is PEP 440's order; None when `text` is not PEP 440.
+
+    For consumers without `packaging` (SQL's `max`, `ORDER BY`): fixed-width fields mirror
+    packaging's own comparison key, so `0.5.10` sorts after `0.5.8` and `1.0rc1` before `1.0`.
+    The local segment (`+abc`) is ignored.
+    """
+    v = parse_version(text)
+    if v is None or len(v.release) > 4 or max(v.release + (v.epoch,)) >= 10**_W:
+        return None
+
+    def n(x: int) -> str:
+        return f"{x:0{_W}d}"
+
+    release = ".".join(n(p) for p in (*v.release, 0, 0, 0)[:4])
+    # packaging: a dev release without pre/post sorts before every pre-release of its version.
+    if v.pre is not None:
+        pre = f"1{_PRE_LETTER[v.pre[0]]}{n(v.pre[1])}"
+    elif v.post is None and v.dev is not None:
+        pre = "0"
+    else:
+        pre = "2"
+    post = "0" if v.post is None else f"1{n(v.post)}"
+    dev = "1" if v.dev is None else f"0{n(v.dev)}"
+    return f"{n(v.epoch)}!{release}-{pre}-{post}-{dev}"

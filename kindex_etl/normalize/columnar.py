@@ -8,6 +8,7 @@ in one contiguous buffer that is written as is.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +19,10 @@ import pyarrow.compute as pc
 from kindex_etl.catalog import Catalog
 from kindex_etl.contracts.tables import (
     DESCRIPTOR_FIELDS,
+    QUANTILES,
     RUN_SCHEMA,
     RUN_WRITE_SCHEMA,
+    UNIT_COLUMNS,
 )
 from kindex_etl.contracts.upstream import (
     MIB,
@@ -28,6 +31,7 @@ from kindex_etl.contracts.upstream import (
     TIMESTAMP,
     TIMESTAMP_FORMAT,
 )
+from kindex_etl.contracts.versions import release_key
 from kindex_etl.normalize.descriptors import (
     KEY_COLUMNS,
     Descriptor,
@@ -40,6 +44,15 @@ from kindex_etl.normalize.quarantine import quarantine_table
 
 _EPOCH_LIMIT = 1 << 32
 _INT64_LIMIT = float(1 << 63)
+
+
+def x_number(text: str) -> float | None:
+    """The swept x as a number (for sorting and plotting), or None when it is not one."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
 
 
 def descriptor_values(d: Descriptor) -> dict[str, Any]:
@@ -56,9 +69,11 @@ def descriptor_values(d: Descriptor) -> dict[str, Any]:
         "gpu_slug": d.gpu_slug,
         "gpu_architecture": d.environment["spec"]["hardware"]["architecture"],
         "liger_version": k.liger_version,
+        "release_key": release_key(k.liger_version),
         "x_name": k.x_name,
         "x_label": k.x_label,
         "x_value": k.x_value,
+        "x_value_number": x_number(k.x_value),
         "workload_slug": d.workload_slug,
         "dtype": d.dtype,
         "config": k.config,
@@ -454,6 +469,13 @@ class ColumnarNormalizer:
             source_p50=pc.if_else(finite["50"], raw["50"], None),
             source_p20=pc.if_else(finite["20"], raw["20"], None),
             source_p80=pc.if_else(finite["80"], raw["80"], None),
+            **{
+                f"{UNIT_COLUMNS[metric]}_{q}": pc.if_else(
+                    is_speed if metric == "speed" else pc.invert(is_speed), scaled[src], None
+                )
+                for metric in UNIT_COLUMNS
+                for q, src in zip(QUANTILES, ("50", "20", "80"), strict=True)
+            },
             source_key=pa.array([source_key] * n, pa.string()),
             source_etag=pa.array([source_etag] * n, pa.string()),
             source_row=pa.array(lines[good], pa.int64()),
