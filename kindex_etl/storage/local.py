@@ -19,6 +19,16 @@ from kindex_etl.storage.base import ObjectInfo, check_key
 _PRUNE_RETRIES = 5
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# Read once at import (os.umask can only be read by setting it, which is not thread-safe).
+_FILE_MODE = 0o666 & ~_umask()
+
+
 def _etag(stat: os.stat_result) -> str:
     # Size plus mtime stands in for S3's ETag: hashing a 1 GB CSV just to learn it is unchanged
     # would cost more than the rest of an incremental run.
@@ -94,6 +104,9 @@ class LocalStore:
                 fd, name = tempfile.mkstemp(prefix=".kindex-tmp-", dir=path.parent)
             except FileNotFoundError:
                 continue  # a concurrent delete() pruned the empty folder; make it again
+            # mkstemp makes 0600: control files would be private while data files (written
+            # by open()) follow the umask. Everything in a warehouse is readable alike.
+            os.fchmod(fd, _FILE_MODE)
             os.close(fd)
             return Path(name)
         raise StorageError(f"cannot create a file in {path.parent}")

@@ -277,3 +277,27 @@ def test_local_missing_root_without_create(tmp_path: Path) -> None:
 
     with pytest.raises(StorageError):
         LocalStore(tmp_path / "absent")
+
+
+def test_control_files_are_readable_like_data_files(tmp_path: Path) -> None:
+    # Another user follows the exact-read route through _kindex/: it must be as readable as
+    # the data files (which follow the umask).
+    from kindex_etl import ingest
+    from tests.helpers import seed_row, write_csv
+
+    write_csv(tmp_path / "up" / "a.csv", [seed_row()])
+    old = os.umask(0o022)
+    try:
+        ingest(str(tmp_path / "up"), str(tmp_path / "wh"))
+    finally:
+        os.umask(old)
+    wh = tmp_path / "wh"
+    modes = {
+        p.relative_to(wh).as_posix(): p.stat().st_mode & 0o777
+        for p in wh.rglob("*")
+        if p.is_file() and not p.name.endswith(".kindex-lock")
+    }
+    assert "_kindex/snapshot.json" in modes and any(k.startswith("_kindex/log/") for k in modes)
+    data = {m for k, m in modes.items() if k.endswith(".parquet")}
+    assert data == {0o644}
+    assert {m for k, m in modes.items() if k.startswith("_kindex/")} == {0o644}
