@@ -39,16 +39,26 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from kindex_etl.errors import NotFound, PreconditionFailed, StorageError
 from kindex_etl.storage.base import ObjectInfo, check_key
 
+# Bounded, so that an unreachable endpoint fails in seconds, not minutes: a connect attempt
+# gives up after 5 s and standard mode retries (throttling, 5xx, connection errors) with
+# backoff. 10 attempts still ride out the brief SlowDown bursts S3 returns when many workers
+# hit one prefix; a stalled transfer is cut after 60 s of silence and resumed.
+CONNECT_TIMEOUT_S = 5
+READ_TIMEOUT_S = 60
 _CLIENT_CONFIG = Config(
-    # Standard mode retries throttling and 5xx with backoff; 10 attempts rides out the brief
-    # SlowDown bursts S3 returns when many workers hit one prefix.
     retries={"mode": "standard", "max_attempts": 10},
-    connect_timeout=10,
-    read_timeout=60,
+    connect_timeout=CONNECT_TIMEOUT_S,
+    read_timeout=READ_TIMEOUT_S,
     # Multipart uploads of large Parquet files keep connections idle between parts; keepalive
     # stops NAT gateways and load balancers from silently dropping them.
     tcp_keepalive=True,
     max_pool_connections=16,
+)
+# The check before a command starts: one quick question, one retry. A person waits on it.
+_PROBE_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 2},
+    connect_timeout=2,
+    read_timeout=5,
 )
 
 _MIB = 1024 * 1024
@@ -135,6 +145,30 @@ class S3Store:
 
     def __repr__(self) -> str:
         return f"S3Store({self.url!r})"
+
+    def probe(self) -> None:
+        """Fail fast, with one clear StorageError, unless credentials exist and the bucket answers.
+
+        HeadBucket is the cheapest authenticated request: it proves the endpoint is reachable,
+        the credentials are accepted and the bucket exists, in one round trip.
+        """
+        session = boto3.session.Session()
+        if session.get_credentials() is None:
+            raise StorageError(f"{self.url}: {_NO_CREDENTIALS}")
+        client = session.client("s3", config=_PROBE_CONFIG)
+        try:
+            client.head_bucket(Bucket=self.bucket)
+        except ClientError as exc:
+            code, status = _error_code(exc)
+            if status == 404 or code in ("404", "NoSuchBucket"):
+                raise StorageError(f"{self._where(None)}: no such bucket") from None
+            if status == 403 or code in ("403", "AccessDenied"):
+                raise StorageError(
+                    f"{self._where(None)}: access denied (check the credentials' permissions)"
+                ) from None
+            self._fail(exc, "check", None)
+        except BotoCoreError as exc:
+            self._fail(exc, "check", None)
 
     # -- keys and errors ---------------------------------------------------------------------
 
