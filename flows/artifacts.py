@@ -2,9 +2,46 @@
 
 from __future__ import annotations
 
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from typing import cast
+from uuid import UUID
 
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
+
+from kindex_etl.ingestion.progress import Event, Progress
 from kindex_etl.ingestion.results import IngestSummary, markdown_summary, object_rows
+
+
+def progress_key(label: str) -> str:
+    return f"kindex-{label}-progress"
+
+
+class ProgressArtifact:
+    """A progress artifact on the flow run's page, updated as each commit batch lands."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.id: UUID | None = None
+
+    def __call__(self, event: Event, p: Progress) -> None:
+        if event == "rows":
+            return  # one API call per batch, not per CSV block
+        percent = round(100.0 * p.batches_done / p.batches_total, 1) if p.batches_total else 100.0
+        text = f"{self.label}: {p.describe()}"
+        if self.id is None:
+            # Called from a sync flow: the sync variant returns the id, not a coroutine.
+            self.id = cast(
+                UUID,
+                create_progress_artifact(
+                    progress=percent, key=progress_key(self.label), description=text
+                ),
+            )
+        else:
+            update_progress_artifact(self.id, progress=percent, description=text)
 
 
 def publish_artifacts(summary: IngestSummary, *, label: str) -> None:

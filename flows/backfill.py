@@ -9,13 +9,12 @@ no warehouse folder is created, nothing is recovered, staged or committed.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
-from uuid import UUID
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
+from flows.artifacts import progress_key
 from flows.common import IO_RETRY_DELAYS, run_ingest, transient
 from kindex_etl.config import settings
 from kindex_etl.extract.select import (
@@ -25,7 +24,7 @@ from kindex_etl.extract.select import (
     parse_time,
     select,
 )
-from kindex_etl.ingestion import IngestOptions, Plan
+from kindex_etl.ingestion import IngestOptions
 from kindex_etl.storage import open_store
 
 __all__ = [
@@ -37,43 +36,16 @@ __all__ = [
     "parse_time",
 ]
 
-PROGRESS_KEY = "kindex-backfill-progress"
 DEFAULT_OBJECTS_PER_BATCH = 32
+
+
+PROGRESS_KEY = progress_key("backfill")
 
 
 @task(name="read-commit-list", retries=3, retry_delay_seconds=IO_RETRY_DELAYS,
       retry_condition_fn=transient, cache_policy=NONE)  # fmt: skip
 def selection_task(upstream: str, filters: dict[str, Any]) -> tuple[Selection, list[str] | None]:
     return select(open_store(upstream), **filters)
-
-
-def _progress() -> tuple[Callable[[Plan], None], Callable[[int, Plan], None]]:
-    """Callbacks that keep one progress artifact per commit batch."""
-    from prefect.artifacts import create_progress_artifact, update_progress_artifact
-
-    state: dict[str, Any] = {"id": None, "done": 0}
-
-    def on_planned(planned: Plan) -> None:
-        n = sum(map(len, planned.batches))
-        state["id"] = create_progress_artifact(
-            progress=0.0 if planned.batches else 100.0,
-            key=PROGRESS_KEY,
-            description=f"backfill: 0/{n} objects, 0/{len(planned.batches)} commit batches",
-        )
-
-    def on_batch(i: int, planned: Plan) -> None:
-        n = sum(map(len, planned.batches))
-        state["done"] += len(planned.batches[i - 1])
-        artifact_id: UUID = state["id"]
-        update_progress_artifact(
-            artifact_id,
-            progress=round(100.0 * state["done"] / max(1, n), 1),
-            description=(
-                f"backfill: {state['done']}/{n} objects, {i}/{len(planned.batches)} commit batches"
-            ),
-        )
-
-    return on_planned, on_batch
 
 
 @flow(name="kindex-backfill", log_prints=False)
@@ -114,14 +86,7 @@ def backfill_flow(
         dry_run=dry_run,
         max_objects_per_commit=max(1, objects_per_batch),
     )
-    if dry_run:
-        summary = run_ingest(upstream, warehouse, options, label="backfill")
-    else:
-        on_planned, on_batch = _progress()
-        summary = run_ingest(
-            upstream, warehouse, options, label="backfill", on_planned=on_planned,
-            on_batch=on_batch,
-        )  # fmt: skip
+    summary = run_ingest(upstream, warehouse, options, label="backfill")
     out = summary.as_dict(objects=True)
     out["selection"] = selection.describe(entries)
     out["dry_run"] = dry_run

@@ -23,11 +23,11 @@ from prefect.cache_policies import NONE
 from prefect.concurrency.sync import concurrency
 from prefect.states import State
 
-from flows.artifacts import publish_artifacts
+from flows.artifacts import ProgressArtifact, publish_artifacts
 from kindex_etl import ingestion as stage
 from kindex_etl.api import finish_and_trigger
 from kindex_etl.extract.discover import Candidate
-from kindex_etl.ingestion import BatchOutcome, IngestOptions, IngestSummary, Plan
+from kindex_etl.ingestion import BatchOutcome, IngestOptions, IngestSummary, Plan, progress
 from kindex_etl.storage import store_url
 
 WAREHOUSE_LIMIT_PREFIX = "kindex-warehouse-"
@@ -123,6 +123,8 @@ def run_ingest(
     """Recover, plan, ingest each commit batch, finish; publish artifacts. Returns the summary.
 
     Writing runs hold the warehouse's concurrency slot; a dry run reads only and takes none.
+    Progress goes to `kindex_etl.ingestion.progress` (the terminal watches it) and to a progress
+    artifact; each batch's task logs its counts.
     """
     logger = get_run_logger()
     started = time.perf_counter()
@@ -137,9 +139,14 @@ def run_ingest(
             on_planned(planned)
         outcomes: list[BatchOutcome] = []
         if not options.dry_run:
+            progress.planned(planned)
             for i, batch in enumerate(planned.batches, 1):
                 named = ingest_objects.with_options(name=f"ingest-objects-{i}")
                 outcomes.append(named(upstream, warehouse, options, batch))
+                progress.batch_done(outcomes[-1], len(batch), sum(c.info.size for c in batch))
+                current = progress.current()
+                if current is not None:
+                    logger.info("%s", current.describe())
                 if on_batch is not None:
                     on_batch(i, planned)
         return finish(upstream, warehouse, options, planned, outcomes, started)
@@ -147,7 +154,7 @@ def run_ingest(
     if options.dry_run:
         summary = work()
     else:
-        with warehouse_slot(warehouse):
+        with warehouse_slot(warehouse), progress.watching(ProgressArtifact(label)):
             summary = work()
     publish_artifacts(summary, label=label)
     logger.info(

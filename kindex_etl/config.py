@@ -10,12 +10,21 @@
     KINDEX_PYPI_URL          the package index (Simple API) GPU re-runs fetch sdists from
     KINDEX_SDIST_CACHE       where fetched sdists are kept (sha256-checked before reuse)
     KINDEX_OFFLINE           1: the demo fetches nothing and uses its generated sample
+    KINDEX_STATE_DIR         the project's state on this machine: the local Prefect server's
+                             home and port ($XDG_STATE_HOME/kindex-etl, ~/.local/state/kindex-etl)
+    KINDEX_LOCAL_SERVER      1 (default): without a configured PREFECT_API_URL, commands share
+                             one local Prefect server; 0: each command starts Prefect's own
+                             temporary server (slower; nothing outlives the command)
+    KINDEX_SERVER_IDLE_S     the local server stops after this many idle seconds (900)
 
 This is the only module that reads them, so `deploy/setup.py` can carry every one of them into
 the work pools. Credentials are never configured here: S3 access uses the standard AWS chain.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +45,14 @@ class Settings(BaseSettings):
     pypi_url: str = DEFAULT_PYPI_URL
     sdist_cache: str = "~/.cache/kindex-etl/sdists"
     offline: bool = False
+    state_dir: str = Field(default_factory=lambda: str(_default_state_dir()))
+    local_server: bool = True
+    server_idle_s: float = 900.0
+
+
+def _default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "kindex-etl"
 
 
 def settings() -> Settings:

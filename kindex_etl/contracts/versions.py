@@ -54,7 +54,7 @@ def release_key(text: str) -> str | None:
     The local segment (`+abc`) is ignored.
     """
     v = parse_version(text)
-    if v is None or len(v.release) > 4 or max(v.release + (v.epoch,)) >= 10**_W:
+    if v is None or len(v.release) > 4 or max((*v.release, v.epoch)) >= 10**_W:
         return None
 
     def n(x: int) -> str:

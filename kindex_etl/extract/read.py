@@ -52,6 +52,7 @@ class RowBatch:
     batch: pa.RecordBatch
     lines: np.ndarray  # 1-based physical line of each row (the header is line 1)
     malformed: list[Malformed] = field(default_factory=list)
+    offset: int = 0  # bytes of the object read so far (for progress; block-granular)
 
 
 @dataclass
@@ -232,12 +233,21 @@ def read_batches(
             )
         except (pa.ArrowException, UnicodeDecodeError) as exc:
             raise _bad_file(exc) from None
-        yield from _batches(reader, pending)
+        yield from _batches(reader, pending, stream)
     finally:
         stream.close()
 
 
-def _batches(reader: pcsv.CSVStreamingReader, pending: list[_Pending]) -> Iterator[RowBatch]:
+def _tell(stream: BinaryIO) -> int:
+    try:
+        return stream.tell()
+    except (OSError, ValueError):
+        return 0
+
+
+def _batches(
+    reader: pcsv.CSVStreamingReader, pending: list[_Pending], stream: BinaryIO
+) -> Iterator[RowBatch]:
     next_ordinal = 2  # the header is record 1
     carry = 0  # line breaks inside the values of every record placed so far
     while True:
@@ -267,7 +277,7 @@ def _batches(reader: pcsv.CSVStreamingReader, pending: list[_Pending]) -> Iterat
         if blank is not None:
             rows = rows.filter(pa.array(~blank))
             lines = lines[~blank]
-        yield RowBatch(batch=rows, lines=lines, malformed=malformed)
+        yield RowBatch(batch=rows, lines=lines, malformed=malformed, offset=_tell(stream))
     if pending:
         pending.sort(key=lambda p: p.ordinal)
         _, malformed, carry = _place(np.empty(0, np.int64), np.empty(0, np.int64), pending, carry)

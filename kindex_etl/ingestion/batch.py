@@ -30,6 +30,7 @@ from kindex_etl.contracts.tables import QUARANTINE_SCHEMA, RUN_WRITE_SCHEMA
 from kindex_etl.contracts.versions import sort_versions
 from kindex_etl.errors import BadFile, StorageError
 from kindex_etl.extract.read import RowBatch
+from kindex_etl.ingestion import progress
 from kindex_etl.ingestion.results import ObjectReport
 from kindex_etl.ingestion.threads import Background, prefetch
 from kindex_etl.load import layout
@@ -338,7 +339,9 @@ class Ingestor:
         work.background.submit(partial(work.quarantine.write, rejection))
 
     def _one_batch(self, source: Source, rb: RowBatch, report: ObjectReport, work: _Work) -> None:
-        report.rows += rb.batch.num_rows + len(rb.malformed)
+        read = rb.batch.num_rows + len(rb.malformed)
+        report.rows += read
+        progress.rows_read(source.key, read, rb.offset)
         nb = self.normalizer.normalize(
             rb.batch,
             source_key=source.key,

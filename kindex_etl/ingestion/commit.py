@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from kindex_etl.errors import PreconditionFailed, StorageError
+from kindex_etl.ingestion import progress
 from kindex_etl.ingestion.batch import Ingestor, Source
 from kindex_etl.ingestion.results import ObjectReport
 from kindex_etl.load.faults import fault_point
@@ -52,17 +53,19 @@ def commit_sources(
         reasons = dict(Counter(staged.reasons))
         if staged.record is None:
             return BatchOutcome(staged.reports, reasons)
-        try:
-            seq = warehouse.commit(staged.record)
-        except PreconditionFailed:
-            # Someone committed first: their work may cover ours. Re-read and redo what's left.
-            warehouse.discard(staged.record.batch)
-            warehouse.refresh()
-            continue
-        ingestor.committed()
-        fault_point("after_commit")
-        warehouse.publish(staged.record)
-        fault_point("after_publish")
-        warehouse.update_snapshot()
+        # From the commit record to the snapshot, a stop waits: nothing is left half-visible.
+        with progress.shielded():
+            try:
+                seq = warehouse.commit(staged.record)
+            except PreconditionFailed:
+                # Someone committed first: their work may cover ours. Re-read, redo what's left.
+                warehouse.discard(staged.record.batch)
+                warehouse.refresh()
+                continue
+            ingestor.committed()
+            fault_point("after_commit")
+            warehouse.publish(staged.record)
+            fault_point("after_publish")
+            warehouse.update_snapshot()
         return BatchOutcome(staged.reports, reasons, seq, staged.record.versions)
     raise StorageError(f"gave up after {COMMIT_ATTEMPTS} commit conflicts on {warehouse.store.url}")

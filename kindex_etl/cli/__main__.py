@@ -1,0 +1,3 @@
+from kindex_etl.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,53 @@
+"""Errors first: everything that can be checked before Prefect starts, each as one clear line.
+
+URLs and folders (`open_store`), S3 credentials and that the bucket answers (`S3Store.probe`,
+bounded by botocore's own timeouts and retries), backfill filters (commits that exist in
+`benchmarks/commits.txt`, versions and times that parse): a mistake costs a second, not a
+Prefect start and a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kindex_etl.errors import KindexError, StorageError
+from kindex_etl.storage import ObjectStore, open_store
+
+
+class CheckFailed(KindexError):
+    """A check before the work starts failed: nothing was done (exit 2)."""
+
+
+class UsageError(CheckFailed):
+    """The command line asks for something that cannot be done (exit 2)."""
+
+
+def store(url: str, *, what: str, create: bool = False) -> ObjectStore:
+    """Open `url` and, for S3, prove the credentials and the bucket; raise one clear error."""
+    if not url:
+        raise UsageError(f"no {what} given (--{what} or KINDEX_{what.upper()})")
+    try:
+        opened = open_store(url, create=create)
+        probe = getattr(opened, "probe", None)
+        if probe is not None:
+            probe()
+    except ValueError as exc:
+        raise UsageError(f"{what}: {exc}") from None
+    except (StorageError, OSError) as exc:
+        raise CheckFailed(f"{what}: {exc}") from None
+    return opened
+
+
+def existing_store(url: str, *, what: str) -> ObjectStore:
+    """Like `store`, for reading: a folder that does not exist is an error, never created."""
+    return store(url, what=what, create=False)
+
+
+def backfill_filters(upstream: ObjectStore, filters: dict[str, Any]) -> None:
+    """Raise UsageError if a filter cannot be met (unknown commit, bad version or time)."""
+    from kindex_etl.extract.select import select
+
+    try:
+        select(upstream, **filters)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None

@@ -1,0 +1,200 @@
+"""Progress of the ingest in this process, as plain values, for whoever watches.
+
+The stages report (`planned`, `rows_read`, `batch_done`); watchers subscribe (`watching`): the
+terminal display of `kindex-etl`, the Prefect progress artifact of `flows/`. Nothing here knows
+either, and with no watcher a report costs a function call.
+
+`shielded()` marks the commit's visible steps (commit record, publish, snapshot): a stop asked
+for meanwhile (Ctrl-C, SIGTERM) waits until they are done, so no commit is left half-published.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kindex_etl.ingestion.commit import BatchOutcome
+    from kindex_etl.ingestion.run import Plan
+
+
+@dataclass
+class Progress:
+    """One ingest's counts so far; rates and ETA from them."""
+
+    objects_total: int = 0
+    bytes_total: int = 0
+    batches_total: int = 0
+    objects_done: int = 0
+    bytes_done: int = 0  # of committed batches
+    rows_read: int = 0  # including the batch in flight
+    runs_written: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    batches_done: int = 0
+    commits: list[int] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    inflight: dict[str, int] = field(default_factory=dict)  # object key -> bytes read so far
+
+    @property
+    def bytes_seen(self) -> int:
+        return self.bytes_done + sum(self.inflight.values())
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.rows_read / max(self.elapsed_s, 1e-6)
+
+    @property
+    def eta_s(self) -> float | None:
+        """Seconds left, by bytes (objects differ in size); None until something was read."""
+        seen = self.bytes_seen
+        if not seen or not self.bytes_total:
+            return None
+        return max(0.0, self.elapsed_s * (self.bytes_total - seen) / seen)
+
+    @property
+    def fraction(self) -> float:
+        if not self.bytes_total:
+            return 1.0 if self.batches_done >= self.batches_total else 0.0
+        return min(1.0, self.bytes_seen / self.bytes_total)
+
+    def describe(self) -> str:
+        eta = self.eta_s
+        return (
+            f"batch {self.batches_done}/{self.batches_total}: "
+            f"{self.objects_done}/{self.objects_total} objects, {self.rows_read:,} rows "
+            f"({self.rows_per_s:,.0f} rows/s), {self.runs_written:,} new runs"
+            + (f", commit {self.commits[-1]}" if self.commits else "")
+            + (f", eta {eta:.0f} s" if eta is not None and self.fraction < 1 else "")
+        )
+
+    def committed_line(self) -> str:
+        """What is safely in the warehouse now, in one line."""
+        if not self.commits:
+            return "nothing was committed"
+        first, last = self.commits[0], self.commits[-1]
+        span = f"commit {first}" if first == last else f"commits {first}-{last}"
+        return (
+            f"{self.batches_done} of {self.batches_total} batch(es) committed ({span}: "
+            f"{self.objects_done} objects, {self.runs_written:,} runs)"
+        )
+
+
+Event = str  # "planned" | "rows" | "batch"
+Listener = Callable[[Event, Progress], None]
+
+_lock = threading.Lock()
+_listeners: list[Listener] = []
+_current: Progress | None = None
+# Rows arrive per CSV block (a few per second): watchers need not hear every one.
+_ROWS_EVERY_S = 0.2
+_last_rows = 0.0
+
+
+def current() -> Progress | None:
+    return _current
+
+
+@contextmanager
+def watching(listener: Listener) -> Iterator[None]:
+    with _lock:
+        _listeners.append(listener)
+    try:
+        yield
+    finally:
+        with _lock:
+            _listeners.remove(listener)
+
+
+def _notify(event: Event, p: Progress) -> None:
+    for listener in list(_listeners):
+        listener(event, p)
+
+
+def planned(plan: Plan) -> Progress:
+    global _current
+    batches = plan.batches
+    _current = Progress(
+        objects_total=sum(map(len, batches)),
+        bytes_total=sum(c.info.size for b in batches for c in b),
+        batches_total=len(batches),
+    )
+    _notify("planned", _current)
+    return _current
+
+
+def rows_read(key: str, rows: int, offset: int) -> None:
+    """`rows` more rows of object `key` were read, up to byte `offset` of it."""
+    global _last_rows
+    p = _current
+    if p is None:
+        return
+    p.rows_read += rows
+    p.inflight[key] = offset
+    now = time.monotonic()
+    if now - _last_rows >= _ROWS_EVERY_S:
+        _last_rows = now
+        _notify("rows", p)
+
+
+def batch_done(outcome: BatchOutcome, objects: int, size: int) -> None:
+    """A commit batch of `objects` objects (`size` bytes) finished; counts from its outcome."""
+    p = _current
+    if p is None:
+        return
+    p.inflight.clear()
+    p.batches_done += 1
+    p.objects_done += objects
+    p.bytes_done += size
+    for r in outcome.reports:
+        p.runs_written += r.runs
+        p.duplicates += r.duplicates
+        p.quarantined += r.quarantined
+    if outcome.commit is not None:
+        p.commits.append(outcome.commit)
+    _notify("batch", p)
+
+
+# -- stops ---------------------------------------------------------------------------------
+
+_shield_lock = threading.RLock()  # re-entered by a signal handler on the same thread
+_shielded = 0
+_deferred: Callable[[], None] | None = None
+
+
+@contextmanager
+def shielded() -> Iterator[None]:
+    """The visible steps of a commit: a stop requested meanwhile runs right after them."""
+    global _shielded, _deferred
+    with _shield_lock:
+        _shielded += 1
+    try:
+        yield
+    finally:
+        with _shield_lock:
+            _shielded -= 1
+            action = _deferred if _shielded == 0 else None
+        if action is not None:
+            action()
+
+
+def stop_when_safe(action: Callable[[], None]) -> bool:
+    """Run `action` now unless a commit is being made visible; then right after it.
+
+    Returns True when it ran now.
+    """
+    global _deferred
+    with _shield_lock:
+        if _shielded:
+            _deferred = action
+            return False
+    action()
+    return True
