@@ -8,7 +8,6 @@ Commands that only read (`quarantine`, `reruns` without `--request`, `schema` wi
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -49,31 +48,6 @@ def _start_prefect(args: argparse.Namespace) -> None:
     _prefect_logging(args)
     api = choose_api(settings())
     _say(args, api.describe())
-    if api.source == "local server" and api.url is not None:
-        args._local_api = api.url
-
-
-def _ensure_limit(args: argparse.Namespace, warehouse: str) -> None:
-    """On the local server, the warehouse's one-writer limit exists (as deploy/setup.py makes
-    it on a real one): ingests of one warehouse on this machine queue instead of redoing work."""
-    if not getattr(args, "_local_api", None):
-        return
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
-
-    from flows.common import warehouse_limit_name
-
-    name = warehouse_limit_name(warehouse)
-    with get_client(sync_client=True) as client:
-        try:
-            client.read_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            # Another command may make it first: that one will do.
-            with contextlib.suppress(ObjectAlreadyExists):
-                client.create_global_concurrency_limit(
-                    GlobalConcurrencyLimitCreate(name=name, limit=1, active=True)
-                )
 
 
 def _human_summary(s: dict[str, Any]) -> str:
@@ -149,7 +123,6 @@ def run_ingest(args: argparse.Namespace) -> int:
     _start_prefect(args)
     from flows.ingest import ingest_flow
 
-    _ensure_limit(args, warehouse)
     with showing(args.quiet, args.verbose):
         state = ingest_flow(
             upstream=upstream,
@@ -251,8 +224,6 @@ def run_backfill(args: argparse.Namespace) -> int:
     _start_prefect(args)
     from flows.backfill import backfill_flow
 
-    if not args.dry_run:
-        _ensure_limit(args, warehouse)
     with showing(args.quiet, args.verbose):
         state = backfill_flow(
             upstream=upstream,

@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -277,6 +278,10 @@ class LocalServer:
             if self.home.exists():
                 self._prefect("server", "stop")
             self.info_path.unlink(missing_ok=True)
+            watcher = int((info or {}).get("watcher", 0))
+            if watcher and watcher != os.getpid() and _alive(watcher):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(watcher, signal.SIGTERM)  # nothing left to watch
             return was
 
     def watch(self) -> None:
