@@ -95,16 +95,17 @@ def check_answers(url: str, source: str, budget_s: float = CONFIGURED_API_BUDGET
 
     deadline = time.monotonic() + budget_s
     reason = "no answer"
-    while True:
+    for attempt in range(2):  # one retry, for a blip; a server that is down stays down
         left = deadline - time.monotonic()
+        if left <= 0.1:
+            break
         try:
-            httpx.get(url.rstrip("/") + "/health", timeout=min(HEALTH_TIMEOUT_S, max(left, 0.1)))
+            httpx.get(url.rstrip("/") + "/health", timeout=min(HEALTH_TIMEOUT_S, left))
             return
         except httpx.HTTPError as exc:
             reason = type(exc).__name__
-        if time.monotonic() + 0.5 >= deadline:
-            break
-        time.sleep(0.5)
+        if attempt == 0:
+            time.sleep(min(0.3, max(0.0, deadline - time.monotonic())))
     raise PrefectUnavailable(
         f"the Prefect API at {url} (from {source}) does not answer ({reason}); start that "
         "server, or run this command on a local one: PREFECT_API_URL= kindex-etl ..."

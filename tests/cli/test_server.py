@@ -1,0 +1,145 @@
+"""Which Prefect API: a configured one that is down fails in seconds with one line; otherwise
+one local server is shared, never started twice, and stopped when idle."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from kindex_etl.cli import server as srv
+from tests.cli.conftest import kindex
+from tests.helpers import seed_row, write_csv
+
+
+def _closed_port() -> int:
+    return srv._free_port()  # nothing listens there once the probe socket is closed
+
+
+@pytest.mark.parametrize("where", ["env", "profile"])
+def test_a_configured_api_that_is_down_fails_fast_in_one_line(tmp_path, cli_env, where):
+    (tmp_path / "up").mkdir()
+    url = f"http://127.0.0.1:{_closed_port()}/api"
+    env = dict(cli_env)
+    if where == "env":
+        env["PREFECT_API_URL"] = url
+    else:
+        home = tmp_path / "prefect-home"
+        home.mkdir()
+        (home / "profiles.toml").write_text(
+            f'active = "ops"\n[profiles.ops]\nPREFECT_API_URL = "{url}"\n'
+        )
+        env["PREFECT_HOME"] = str(home)
+    started = time.monotonic()
+    done = kindex(
+        env, "ingest", "--upstream", str(tmp_path / "up"), "--warehouse", str(tmp_path / "wh")
+    )
+    # The check itself is bounded by 4 s (timed in-process below); the rest is interpreter
+    # start on a busy 2-core machine.
+    assert time.monotonic() - started < 15
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kindex-etl: error: the Prefect API at ")
+    assert url in lines[0] and "PREFECT_API_URL= kindex-etl" in lines[0]
+    assert ("'ops'" in lines[0]) == (where == "profile")
+
+
+def test_the_check_of_a_dead_api_takes_under_five_seconds():
+    started = time.monotonic()
+    with pytest.raises(srv.PrefectUnavailable):
+        srv.check_answers(f"http://127.0.0.1:{_closed_port()}/api", "PREFECT_API_URL")
+    assert time.monotonic() - started < 5
+
+
+def test_an_empty_api_url_overrides_the_profile(tmp_path):
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "profiles.toml").write_text(
+        'active = "x"\n[profiles.x]\nPREFECT_API_URL = "http://h/api"\n'
+    )
+    assert srv.configured_api_url({"PREFECT_HOME": str(home)}) == (
+        "http://h/api",
+        "Prefect profile 'x'",
+    )
+    assert srv.configured_api_url({"PREFECT_HOME": str(home), "PREFECT_API_URL": ""}) is None
+
+
+def test_commands_share_the_warm_local_server(tmp_path, cli_env, warm_server, state_dir):
+    upstream, warehouse = tmp_path / "up", tmp_path / "wh"
+    write_csv(upstream / "benchmarks" / "abc1234-v0.8.0" / "benchmark.csv", [seed_row()])
+    pid = json.loads((state_dir / "server.json").read_text())["pid"]
+    for _ in range(2):
+        done = kindex(
+            cli_env, "ingest", "--upstream", str(upstream), "--warehouse", str(warehouse), "--json"
+        )
+        assert done.returncode == 0, done.stderr
+        assert f"Prefect: local server {warm_server}, running" in done.stderr
+    assert json.loads(done.stdout)["objects_skipped"] == 1
+    assert json.loads((state_dir / "server.json").read_text())["pid"] == pid
+    status = json.loads(kindex(cli_env, "server", "status", "--json").stdout)
+    assert status == {
+        "running": True,
+        "url": warm_server,
+        "home": str(state_dir / "prefect"),
+        "pid": pid,
+    }
+
+
+def test_two_commands_never_start_two_servers(tmp_path, monkeypatch):
+    starts = []
+
+    def slow_start(self):
+        starts.append(threading.get_ident())
+        time.sleep(0.5)  # a start takes seconds: the other command must wait, not start too
+        self.info_path.write_text(json.dumps({"url": "http://127.0.0.1:1/api", "pid": 1}))
+        return "http://127.0.0.1:1/api"
+
+    monkeypatch.setattr(srv.LocalServer, "_start", slow_start)
+    monkeypatch.setattr(
+        srv.LocalServer, "running_url",
+        lambda self: (self.info() or {}).get("url"),
+    )  # fmt: skip
+    urls = []
+    threads = [
+        threading.Thread(target=lambda: urls.append(srv.LocalServer(tmp_path).ensure()))
+        for _ in range(3)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(starts) == 1
+    assert sorted(started is None for _, started in urls) == [False, True, True]
+
+
+def test_the_watcher_stops_an_idle_server_but_not_one_in_use(tmp_path):
+    # A stand-in server process and its pid file: `prefect server stop` (Prefect's own command,
+    # run by the watcher) must end it once the server is idle and no command holds it.
+    state = tmp_path / "state"
+    home = state / "prefect"
+    home.mkdir(parents=True)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (home / "server.pid").write_text(str(sleeper.pid))
+        (state / "server.json").write_text(
+            json.dumps({"url": "http://127.0.0.1:1/api", "pid": sleeper.pid})
+        )
+        server = srv.LocalServer(state, idle_s=1.0)
+        with (state / "in-use.lock").open("a") as held:
+            fcntl.flock(held, fcntl.LOCK_SH)  # a command is running
+            watcher = threading.Thread(target=server.watch, daemon=True)
+            watcher.start()
+            time.sleep(2.5)
+            assert sleeper.poll() is None and (state / "server.json").exists()
+            fcntl.flock(held, fcntl.LOCK_UN)
+        watcher.join(timeout=60)
+        assert not watcher.is_alive()
+        assert sleeper.wait(timeout=10) is not None
+        assert not (state / "server.json").exists()
+    finally:
+        sleeper.kill()

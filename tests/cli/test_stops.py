@@ -1,0 +1,68 @@
+"""Ctrl-C and SIGTERM mid-ingest: out within 5 s, one line, 130 / 143; a re-run completes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.cli.conftest import kindex, many_rows_upstream
+from tests.helpers import table
+
+
+def _start(env, *args):
+    return subprocess.Popen(
+        [sys.executable, "-m", "kindex_etl.cli", *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _wait_for(proc, text: str, timeout: float = 120) -> list[str]:
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen.append(line)
+        if text in line:
+            return seen
+    raise AssertionError(f"{text!r} never appeared: {seen}")
+
+
+@pytest.mark.parametrize(("sig", "code", "word"), [(signal.SIGINT, 130, "interrupted"),
+                                                   (signal.SIGTERM, 143, "stopped (SIGTERM)")])  # fmt: skip
+def test_a_stop_mid_ingest_is_quick_clean_and_a_rerun_completes(
+    tmp_path, cli_env, warm_server, sig, code, word
+):
+    upstream, warehouse = tmp_path / "up", tmp_path / "wh"
+    total = many_rows_upstream(upstream, objects=6, rows=40_000)
+    proc = _start(
+        cli_env, "backfill", "--upstream", str(upstream), "--warehouse", str(warehouse),
+        "--objects-per-batch", "1",
+    )  # fmt: skip
+    _wait_for(proc, "batch 1/6")  # one commit is in: a stop must keep it
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 5
+    assert proc.returncode == code
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"kindex-etl: {word}: ")
+    assert "run the same command again to continue" in last
+    committed = table(warehouse, "benchmark_runs").num_rows
+    assert 0 < committed < total
+    assert f"{committed:,} runs" in last
+    again = kindex(
+        cli_env, "ingest", "--upstream", str(upstream), "--warehouse", str(warehouse), "--json",
+        "--no-trigger",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    assert summary["runs_written"] == total - committed and summary["objects_skipped"] >= 1
+    assert table(warehouse, "benchmark_runs").num_rows == total
