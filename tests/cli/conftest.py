@@ -87,7 +87,8 @@ def many_rows_upstream(root: Path, objects: int, rows: int) -> int:
         for i in range(rows):
             n = o * rows + i
             day, rest = divmod(n, 86400)
-            ts = f"2026-{1 + day // 28:02d}-{1 + day % 28:02d} {rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"
+            clock = f"{rest // 3600:02d}:{rest // 60 % 60:02d}:{rest % 60:02d}"
+            ts = f"2026-{1 + day // 28:02d}-{1 + day % 28:02d} {clock}"
             lines.append(f"{head},{ts},0.8.0\n")
         path = root / "benchmarks" / f"{o:07x}-v0.8.0" / "benchmark.csv"
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -34,8 +34,10 @@ def _wait_for(proc, text: str, timeout: float = 120) -> list[str]:
     raise AssertionError(f"{text!r} never appeared: {seen}")
 
 
-@pytest.mark.parametrize(("sig", "code", "word"), [(signal.SIGINT, 130, "interrupted"),
-                                                   (signal.SIGTERM, 143, "stopped (SIGTERM)")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("sig", "code", "word"),
+    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "stopped (SIGTERM)")],
+)
 def test_a_stop_mid_ingest_is_quick_clean_and_a_rerun_completes(
     tmp_path, cli_env, warm_server, sig, code, word
 ):
@@ -48,7 +50,7 @@ def test_a_stop_mid_ingest_is_quick_clean_and_a_rerun_completes(
     _wait_for(proc, "batch 1/6")  # one commit is in: a stop must keep it
     sent = time.monotonic()
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=30)
     assert time.monotonic() - sent < 5
     assert proc.returncode == code
     assert "Traceback" not in err

@@ -1,0 +1,58 @@
+"""Errors first on S3: missing credentials, a missing bucket, an unreachable endpoint, each in
+one line and seconds, before Prefect starts (in-process: nothing here imports Prefect)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from kindex_etl.cli.app import main
+from kindex_etl.cli.server import _free_port
+
+
+def _run(capsys, *argv: str) -> tuple[int, str, float]:
+    started = time.monotonic()
+    code = main(list(argv))
+    elapsed = time.monotonic() - started
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("kindex-etl: error: "), err
+    return code, err[0], elapsed
+
+
+def test_missing_credentials(tmp_path, capsys, monkeypatch, moto_server, s3_bucket):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-role lookup
+    code, line, elapsed = _run(
+        capsys, "ingest", "--upstream", f"s3://{s3_bucket}/up", "--warehouse", str(tmp_path / "w")
+    )
+    assert code == 2 and "no AWS credentials found" in line and elapsed < 5
+
+
+def test_missing_bucket(tmp_path, capsys, moto_server):
+    code, line, elapsed = _run(
+        capsys, "quarantine", "--warehouse", "s3://kindex-no-such-bucket-4f1c/wh"
+    )
+    assert code == 2 and "no such bucket" in line and elapsed < 5
+
+
+def test_unreachable_endpoint(tmp_path, capsys, monkeypatch, moto_server, s3_bucket):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")
+    code, line, elapsed = _run(
+        capsys, "ingest", "--upstream", f"s3://{s3_bucket}/up", "--warehouse", str(tmp_path / "w")
+    )
+    assert code == 2 and "cannot reach S3" in line and elapsed < 5
+    assert not (tmp_path / "w").exists()
+
+
+def test_checks_do_not_import_prefect(tmp_path, capsys):
+    before = "prefect" in sys.modules
+    assert main(["quarantine", "--warehouse", str(tmp_path / "typo")]) == 2
+    assert ("prefect" in sys.modules) == before
+    capsys.readouterr()
+
+
+def test_a_good_bucket_passes_the_check(moto_server, s3_bucket):
+    from kindex_etl.cli import checks
+
+    assert checks.store(f"s3://{s3_bucket}/wh", what="warehouse").url == f"s3://{s3_bucket}/wh"
