@@ -11,6 +11,7 @@ import csv
 import io
 import json
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,22 +99,22 @@ def _write_csv(path: Path, rows: list[dict[str, str]]) -> None:
 
 
 def lay_out_upstream(upstream: Path, *, offline: bool) -> str:
-    """Write the demo upstream folder; returns where its data came from."""
+    """Write the demo upstream folder; returns, truthfully, what its data is."""
     real = None if offline else fetch_upstream_csv()
     cumulative = upstream / CUMULATIVE_FILE
     if real is not None:
         cumulative.parent.mkdir(parents=True, exist_ok=True)
         cumulative.write_bytes(real)
         rows = list(csv.DictReader(io.StringIO(real.decode("utf-8"))))
-        origin = f"liger-kernel {DEMO_VERSION} sdist from PyPI"
+        source = f"the data file shipped in the liger-kernel {DEMO_VERSION} sdist from PyPI"
     else:
         rows = sample_rows()
         _write_csv(cumulative, rows)
-        origin = "generated sample (offline)"
+        source = "a generated sample (offline), not real measurements"
+    versions = sorted({r["liger_version"] for r in rows}, key=_version_key)
     # Per-commit files, as upstream publishes them: the newest two versions, one folder each.
-    versions = sorted({r["liger_version"] for r in rows}, key=_version_key)[-2:]
     commits = []
-    for i, version in enumerate(versions):
+    for i, version in enumerate(versions[-2:]):
         sha = f"{i + 1:07x}"
         commits.append(f"{sha}-v{version}")
         _write_csv(
@@ -121,7 +122,8 @@ def lay_out_upstream(upstream: Path, *, offline: bool) -> str:
             [r for r in rows if r["liger_version"] == version],
         )
     (upstream / COMMITS_LIST).write_text("\n".join(commits) + "\n")
-    return origin
+    span = versions[0] if len(versions) == 1 else f"{versions[0]} .. {versions[-1]}"
+    return f"{source}: {len(rows):,} rows measured with liger {span}"
 
 
 def _version_key(v: str) -> tuple[int, Any]:
@@ -133,36 +135,88 @@ def _version_key(v: str) -> tuple[int, Any]:
         return (1, v)
 
 
-def example_query(warehouse: Path) -> str:
-    """Median latency per provider for full passes on each GPU: plain pandas over Parquet."""
+@dataclass(frozen=True)
+class Comparison:
+    """liger against its baseline on one kernel, GPU and release: what the demo shows."""
+
+    kernel: str
+    baseline: str
+    gpu: str
+    version: str
+    x_name: str
+    table: Any  # pandas DataFrame: x, liger_us, <baseline>_us, speedup
+
+
+def compare(warehouse: Path) -> Comparison | None:
+    """The kernel with the most points where liger and one other provider measured the same
+    workload (full pass, the newest release that has such points); None when none has.
+
+    Chosen from the data, not a list: the kernel the catalog knows that was compared with a
+    baseline in the most releases, its most-compared GPU, and that baseline.
+    """
     import pandas as pd
 
     runs = pd.read_parquet(
         warehouse / "benchmark_runs",
-        columns=[
-            "kernel",
-            "provider",
-            "gpu_name",
-            "metric",
-            "operation_mode",
-            "value_median",
-            "liger_version",
-        ],
-    )
-    speed = runs[(runs.metric == "speed") & (runs.operation_mode == "full")]
-    newest = max(speed.liger_version.astype(str).unique(), key=_version_key)
-    top = (
-        speed[speed.liger_version.astype(str) == newest]
-        .groupby(["kernel", "gpu_name", "provider"], observed=True)["value_median"]
+        columns=["kernel", "provider", "gpu_name", "metric", "operation_mode", "known_kernel",
+                 "liger_version", "release_key", "x_name", "x_value_number", "workload_digest",
+                 "latency_ns_median"],
+    )  # fmt: skip
+    for column in ("kernel", "provider", "gpu_name", "liger_version", "x_name", "release_key"):
+        runs[column] = runs[column].astype(str)
+    speed = runs[(runs.metric == "speed") & (runs.operation_mode == "full") & runs.known_kernel]
+    speed = speed.dropna(subset=["latency_ns_median"])
+    if speed.empty:
+        return None
+    keys = ["liger_version", "kernel", "gpu_name", "workload_digest"]
+    ours = speed.provider.str.startswith("liger")  # liger and its variants (liger_in_place)
+    liger = speed[speed.provider == "liger"][keys].drop_duplicates()
+    others = speed[~ours].merge(liger, on=keys)
+    if others.empty:
+        return None
+    # The best-known comparison: the kernel compared with a baseline in the most releases;
+    # then its newest such release, and there the GPU and baseline with the most points.
+    kernel = (
+        others.groupby("kernel")["liger_version"].nunique().reset_index()
+        .sort_values(["liger_version", "kernel"], ascending=[False, True]).iloc[0].kernel
+    )  # fmt: skip
+    others = others[others.kernel == kernel]
+    newest = others.loc[others.release_key.idxmax(), "liger_version"]
+    others = others[others.liger_version == newest]
+    speed = speed[speed.liger_version == newest]
+    pairs = others.groupby(["gpu_name", "provider"]).size().reset_index(name="n")
+    best = pairs.sort_values(["n", "gpu_name", "provider"],
+                             ascending=[False, True, True]).iloc[0]  # fmt: skip
+    gpu, baseline = best.gpu_name, best.provider
+    chosen = speed[(speed.kernel == kernel) & (speed.gpu_name == gpu)
+                   & speed.provider.isin(["liger", baseline])]  # fmt: skip
+    table = (
+        chosen.groupby(["x_value_number", "provider"])["latency_ns_median"]
         .median()
         .div(1e3)
         .round(1)
-        .rename("median_us")
+        .unstack()
+        .dropna()
+        .rename(columns={"liger": "liger_us", baseline: f"{baseline}_us"})
         .reset_index()
-        .sort_values(["kernel", "gpu_name", "median_us"])
-        .head(12)
+        .rename(columns={"x_value_number": chosen.x_name.iloc[0]})
     )
-    return f"median latency (µs) of full passes, liger {newest}:\n{top.to_string(index=False)}"
+    table["speedup"] = (table[f"{baseline}_us"] / table["liger_us"]).round(2)
+    return Comparison(kernel, baseline, gpu, newest, chosen.x_name.iloc[0], table)
+
+
+def query_to_copy(warehouse: Path, c: Comparison) -> str:
+    """The same comparison in DuckDB SQL, for the reader to paste (no kindex-etl needed)."""
+    # Printed for a person, never executed here; the values come from our own warehouse.
+    return f"""\
+SELECT x_value_number AS {c.x_name},
+       round(median(latency_ns_median) FILTER (provider = 'liger') / 1e3, 1) AS liger_us,
+       round(median(latency_ns_median) FILTER (provider = '{c.baseline}') / 1e3, 1)
+           AS {c.baseline}_us
+FROM read_parquet('{warehouse}/benchmark_runs/**/*.parquet')
+WHERE metric = 'speed' AND operation_mode = 'full' AND kernel = '{c.kernel}'
+  AND gpu_name = '{c.gpu}' AND liger_version = '{c.version}'
+GROUP BY ALL ORDER BY 1;"""  # noqa: S608
 
 
 def run_demo(workdir: str, *, offline: bool = False) -> int:
@@ -172,7 +226,7 @@ def run_demo(workdir: str, *, offline: bool = False) -> int:
     upstream, warehouse = root / "upstream", root / "warehouse"
     offline = offline or settings().offline
     origin = lay_out_upstream(upstream, offline=offline)
-    print(f"upstream: {upstream} ({origin})")
+    print(f"upstream: {upstream}\n  {origin}")
     summary = ingest_flow(upstream=str(upstream), warehouse=str(warehouse))
     print(
         f"warehouse: {warehouse}\n"
@@ -183,5 +237,14 @@ def run_demo(workdir: str, *, offline: bool = False) -> int:
     for table in ("benchmark_runs", "benchmark_protocols", "execution_environments", "documents"):
         files = sorted(p for p in (warehouse / table).rglob("*") if p.is_file())
         print(f"  {table}/: {len(files)} file(s)")
-    print(example_query(warehouse))
+    c = compare(warehouse)
+    if c is None:
+        print("no kernel has liger and another provider on the same workload: nothing to compare")
+        return 0
+    print(
+        f"\n{c.kernel}: liger against {c.baseline}, full pass, median latency (µs), "
+        f"{c.gpu}, liger {c.version} (its newest release with both):"
+    )
+    print(c.table.to_string(index=False))
+    print(f"\nthe same with DuckDB (copy it):\n{query_to_copy(warehouse, c)}")
     return 0

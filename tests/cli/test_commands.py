@@ -1,0 +1,51 @@
+"""The commands end to end on the shared local server: ingest's JSON, and the demo's truth."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import duckdb
+
+from tests.cli.conftest import kindex
+from tests.helpers import seed_row, table, write_csv
+
+SUMMARY_KEYS = {
+    "objects_seen", "objects_ingested", "objects_skipped", "rows_read", "runs_written",
+    "duplicate_rows", "quarantined_rows", "new_versions", "reruns_triggered", "commits",
+}  # fmt: skip
+
+
+def test_ingest_honours_kindex_settings_and_reports_json(tmp_path, cli_env, warm_server):
+    upstream, warehouse = tmp_path / "up", tmp_path / "wh"
+    write_csv(upstream / "benchmarks" / "abc1234-v0.8.0" / "benchmark.csv", [seed_row()])
+    env = {**cli_env, "KINDEX_UPSTREAM": str(upstream), "KINDEX_WAREHOUSE": str(warehouse)}
+    done = kindex(env, "ingest", "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert set(summary) >= SUMMARY_KEYS
+    assert summary["runs_written"] == 1 and summary["new_versions"] == ["0.8.0"]
+    assert table(warehouse, "benchmark_runs").num_rows == 1
+
+
+def test_demo_tells_what_it_used_and_prints_a_query_that_gives_its_numbers(
+    tmp_path, cli_env, warm_server
+):
+    done = kindex(cli_env, "demo", "--workdir", str(tmp_path / "demo"), "--offline")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "a generated sample (offline), not real measurements" in out
+    assert "measured with liger 0.8.0 .. 0.8.1" in out
+    header = re.search(
+        r"^(\S+): liger against (\S+), .*liger (\S+) \(its newest release with both", out, re.M
+    )
+    assert header, out
+    kernel, baseline, version = header.groups()
+    assert version == "0.8.1" and baseline != "liger"
+    shown = out.split("(its newest release with both):\n", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split() for line in shown.splitlines()[1:]]
+    sql = out.split("the same with DuckDB (copy it):\n", 1)[1].strip()
+    assert f"kernel = '{kernel}'" in sql
+    got = duckdb.connect().execute(sql).fetchall()
+    assert [(float(x), float(liger), float(base)) for x, liger, base, _ in rows] == got
+    assert all(float(s) > 1 for *_, s in rows)  # the sample makes liger the faster one
