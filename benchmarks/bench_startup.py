@@ -1,0 +1,110 @@
+"""Command start-up: what a `kindex-etl ingest` that finds nothing new costs, end to end.
+
+    python benchmarks/bench_startup.py [--objects 2000] [--repeat 3] [--workdir /tmp/kindex-startup]
+
+Lays out an upstream of N one-row objects and ingests it once (untimed), then times the same
+`kindex-etl ingest -q --json` again (a no-op: every object is skipped), as a subprocess:
+
+  * first   the first command of the day: no local Prefect server yet (a fresh
+              KINDEX_STATE_DIR), so it starts one (`prefect server start --background`)
+  * warm    the next commands: the local server is running and reused
+  * server  with PREFECT_API_URL set to a running server (here: that same local one)
+  * temp    KINDEX_LOCAL_SERVER=0: Prefect's own temporary server per command (the old way)
+
+Goals (issue 12): warm under 3 s, first under 10 s. The machine is shared: report the range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ROW = (
+    "megatron_rms_norm,torch,full,speed,ms,H,hidden size,2048,0.1086,0.1076,0.1096,"
+    '"{""S"": 4096, ""B"": 1}",NVIDIA H100 80GB HBM3,2026-06-10 21:03:{s:02d},0.8.0\n'
+)
+HEADER = (
+    "kernel_name,kernel_provider,kernel_operation_mode,metric_name,metric_unit,x_name,x_label,"
+    "x_value,y_value_50,y_value_20,y_value_80,extra_benchmark_config_str,gpu_name,timestamp,"
+    "liger_version\n"
+)
+
+
+def lay_out(upstream: Path, objects: int) -> None:
+    for i in range(objects):
+        path = upstream / "benchmarks" / f"{i:07x}-v0.8.0" / "benchmark.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(HEADER + ROW.format(s=i % 60))
+
+
+def ingest(env: dict[str, str], upstream: Path, warehouse: Path) -> tuple[float, dict]:
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "kindex_etl.cli", "ingest", "-q", "--json", "--no-trigger",
+         "--upstream", str(upstream), "--warehouse", str(warehouse)],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    seconds = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"ingest failed ({done.returncode}): {done.stderr}")
+    return seconds, json.loads(done.stdout)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--objects", type=int, default=2000, help="one-row upstream objects")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per case")
+    ap.add_argument("--workdir", default="/tmp/kindex-startup", help="scratch folder")
+    args = ap.parse_args()
+
+    work = Path(args.workdir)
+    shutil.rmtree(work, ignore_errors=True)
+    upstream, warehouse, state = work / "up", work / "wh", work / "state"
+    lay_out(upstream, args.objects)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "KINDEX_"))}
+    base.update(PYTHONPATH=str(REPO), DO_NOT_TRACK="1", KINDEX_STATE_DIR=str(state))
+    results: dict[str, list[float]] = {"warm": [], "server": [], "first": [], "temp": []}
+
+    def cli(*argv: str, env: dict[str, str] = base) -> str:
+        return subprocess.run(
+            [sys.executable, "-m", "kindex_etl.cli", *argv],
+            env=env, capture_output=True, text=True, check=False,
+        ).stdout  # fmt: skip
+
+    def noop(env: dict[str, str]) -> float:
+        seconds, summary = ingest(env, upstream, warehouse)
+        assert summary["objects_skipped"] == args.objects, summary
+        return seconds
+
+    try:
+        _, filled = ingest(base, upstream, warehouse)  # untimed: fills, starts the server
+        assert filled["objects_ingested"] == args.objects, filled
+        url = json.loads(cli("server", "status", "--json"))["url"]
+        for _ in range(args.repeat):
+            results["warm"].append(noop(base))
+            results["server"].append(noop({**base, "PREFECT_API_URL": url}))
+        for _ in range(args.repeat):
+            cli("server", "stop")  # the first command of the day finds no server
+            results["first"].append(noop(base))
+        cli("server", "stop")
+        temp = {**base, "KINDEX_LOCAL_SERVER": "0", "PREFECT_HOME": str(work / "temp-home")}
+        for _ in range(args.repeat):
+            results["temp"].append(noop(temp))
+    finally:
+        cli("server", "stop")
+    out = {"objects": args.objects}
+    for case, seconds in results.items():
+        if seconds:
+            out[f"{case}_s"] = [round(s, 2) for s in seconds]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
