@@ -28,7 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 ROW = (
     "megatron_rms_norm,torch,full,speed,ms,H,hidden size,2048,0.1086,0.1076,0.1096,"
-    '"{""S"": 4096, ""B"": 1}",NVIDIA H100 80GB HBM3,2026-06-10 21:03:{s:02d},0.8.0\n'
+    '"{{""S"": 4096, ""B"": 1}}",NVIDIA H100 80GB HBM3,2026-06-10 21:03:{s:02d},0.8.0\n'
 )
 HEADER = (
     "kernel_name,kernel_provider,kernel_operation_mode,metric_name,metric_unit,x_name,x_label,"
