@@ -5,5 +5,8 @@ import os
 # Tests stay on loopback: Prefect's telemetry and analytics would otherwise try the internet.
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Commands run by tests use Prefect's temporary server, never the shared local one in the
+# developer's ~/.local/state (tests/cli gives its commands a local server of their own).
+os.environ.setdefault("KINDEX_LOCAL_SERVER", "0")
 
 pytest_plugins = ["tests.s3_fixtures"]

@@ -315,6 +315,14 @@ def choose_api(cfg: Settings) -> Api:
     """Decide, check and export (into os.environ) the API this command's flows use."""
     for name, value in _QUIET_PREFECT.items():
         os.environ.setdefault(name, value)
+    if "prefect" in sys.modules:
+        # Called in a process that already runs Prefect (a test harness, a flow, a worker):
+        # its settings are the truth, and os.environ must not be rewritten under it.
+        from prefect.settings import PREFECT_API_URL
+
+        current = PREFECT_API_URL.value()
+        if current:
+            return Api(current, "this process's Prefect settings")
     configured = configured_api_url()
     if configured is not None:
         url, source = configured
