@@ -54,6 +54,9 @@ def clean_stops(before_exit: Callable[[], None] = lambda: None) -> Iterator[None
         timer.start()
         progress.stop_when_safe(lambda: leave(signum))
 
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only (main() called from a thread: no handlers)
+        return
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
