@@ -115,7 +115,8 @@ def _exit_code(exc: BaseException) -> int:
     from kindex_etl.cli.checks import CheckFailed
     from kindex_etl.cli.server import PrefectUnavailable
 
-    return 2 if isinstance(exc, CheckFailed | PrefectUnavailable) else 1
+    # ValueError is the package's "a mistake in what was asked" (flows never retry it).
+    return 2 if isinstance(exc, CheckFailed | PrefectUnavailable | ValueError) else 1
 
 
 def _message(exc: BaseException) -> str:

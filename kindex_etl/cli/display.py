@@ -81,10 +81,11 @@ class Bar:
 
 
 @contextmanager
-def showing(quiet: bool, verbose: bool, stream: IO[str] = sys.stderr) -> Iterator[None]:
+def showing(quiet: bool, verbose: bool, stream: IO[str] | None = None) -> Iterator[None]:
     if quiet:
         yield
         return
+    stream = stream or sys.stderr  # looked up now: sys.stderr may have been replaced since import
     watcher: Bar | Lines = Bar(stream) if stream.isatty() and not verbose else Lines(stream)
     try:
         with progress.watching(watcher):
