@@ -453,16 +453,26 @@ def _schema_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def all_tables() -> dict[str, Any]:
+    """Every warehouse table's schema: the contracts' and those of later stages."""
+    from kindex_etl.analysis.schema import REGRESSIONS_SCHEMA
+    from kindex_etl.contracts.dictionary import TABLE_SCHEMAS
+
+    return {**TABLE_SCHEMAS, "regressions": REGRESSIONS_SCHEMA}
+
+
 def run_schema(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     if args.tables:
         from kindex_etl.contracts.dictionary import markdown, table_schemas
 
+        schemas = all_tables()
         if args.format == "markdown":
-            text, files = markdown(), {"tables.md": markdown()}
+            text = markdown(schemas)
+            files = {"tables.md": text}
         else:
-            tables = table_schemas()
+            tables = table_schemas(schemas)
             text = json.dumps(tables, indent=2) + "\n"
             files = {
                 f"{name.replace('/', '_')}.table.json": json.dumps(spec, indent=2) + "\n"
@@ -471,9 +481,9 @@ def run_schema(args: argparse.Namespace) -> int:
     else:
         from kindex_etl.contracts.documents import json_schemas
 
-        schemas = json_schemas()
-        text = json.dumps(schemas, indent=2) + "\n"
-        files = {f"{k}.schema.json": json.dumps(s, indent=2) + "\n" for k, s in schemas.items()}
+        kinds = json_schemas()
+        text = json.dumps(kinds, indent=2) + "\n"
+        files = {f"{k}.schema.json": json.dumps(s, indent=2) + "\n" for k, s in kinds.items()}
     if not args.out:
         sys.stdout.write(text)
         return 0

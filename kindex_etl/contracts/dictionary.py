@@ -1,8 +1,9 @@
 """The data dictionary: every Parquet table's columns, types and meaning, from one source.
 
-Types come from the Arrow schemas in `tables.py`; meanings from `columns.json` (data, beside
-them). `kindex-etl schema --tables` prints it, and `docs/tables.md` is its Markdown rendering
-(a test keeps the two equal).
+Types come from the Arrow schemas (`tables.py`; a later stage adds its own, e.g. the analysis's
+`regressions`, through `all_tables` in the CLI); meanings from `columns.json` (data, beside them).
+`kindex-etl schema --tables` prints it, and `docs/tables.md` is its Markdown rendering (a test
+keeps the two equal).
 """
 
 from __future__ import annotations
@@ -56,10 +57,10 @@ def _type_name(t: pa.DataType) -> str:
     return "dictionary<string>" if pa.types.is_dictionary(t) else str(t)
 
 
-def table_schemas() -> dict[str, Any]:
+def table_schemas(schemas: dict[str, pa.Schema] | None = None) -> dict[str, Any]:
     """Every table: its columns with Arrow type, nullability, origin and meaning (JSON-able)."""
     out: dict[str, Any] = {}
-    for table, schema in TABLE_SCHEMAS.items():
+    for table, schema in (schemas or TABLE_SCHEMAS).items():
         columns = []
         for f in schema:
             meta = f.metadata or {}
@@ -94,9 +95,9 @@ the same for every run of one configuration, stored dictionary-encoded) or the r
 """
 
 
-def markdown() -> str:
+def markdown(schemas: dict[str, pa.Schema] | None = None) -> str:
     parts = [_HEADER]
-    for table, spec in table_schemas().items():
+    for table, spec in table_schemas(schemas).items():
         parts.append(f"\n## `{table}`\n\n")
         origin = table == "benchmark_runs"
         parts.append(
