@@ -56,11 +56,9 @@ def upstream_rows(runs: pa.Table, software_of: dict[str, str]) -> pa.Table:
     upstream rows, which record none).
     """
     n = runs.num_rows
-    kernel = runs.column(SOURCE_KERNEL) if SOURCE_KERNEL in runs.column_names else None
-    if kernel is None:
-        kernel = runs.column("kernel")
-    else:
-        kernel = pc.coalesce(kernel, runs.column("kernel"))
+    kernel = runs.column("kernel")
+    if SOURCE_KERNEL in runs.column_names:
+        kernel = pc.coalesce(runs.column(SOURCE_KERNEL), kernel)
     units = metric_units()
     unit = pc.if_else(pc.equal(runs.column("metric"), "speed"), units["speed"], units["memory"])
     # An empty upstream pass was stored as `unspecified`; empty normalizes to it again.
@@ -69,6 +67,7 @@ def upstream_rows(runs: pa.Table, software_of: dict[str, str]) -> pa.Table:
     )
     envs = runs.column("environment_digest").combine_chunks().dictionary_encode()
     software = pa.array([software_of.get(d, "") for d in envs.dictionary.to_pylist()], pa.string())
+    seconds = pc.cast(runs.column("observed_at"), pa.timestamp("s", tz="UTC"))
     columns = {
         "kernel_name": kernel,
         "kernel_provider": runs.column("provider"),
@@ -83,10 +82,7 @@ def upstream_rows(runs: pa.Table, software_of: dict[str, str]) -> pa.Table:
         "y_value_80": _text(runs.column("source_p80")),
         "extra_benchmark_config_str": runs.column("config"),
         "gpu_name": runs.column("gpu_name"),
-        "timestamp": pc.strftime(
-            pc.cast(runs.column("observed_at"), pa.timestamp("s", tz="UTC")),
-            format=TIMESTAMP_FORMAT,
-        ),
+        "timestamp": pc.strftime(seconds, format=TIMESTAMP_FORMAT),
         "liger_version": runs.column("liger_version"),
     }
     table = {
