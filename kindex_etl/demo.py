@@ -237,6 +237,9 @@ def run_demo(workdir: str, *, offline: bool = False) -> int:
     for table in ("benchmark_runs", "benchmark_protocols", "execution_environments", "documents"):
         files = sorted(p for p in (warehouse / table).rglob("*") if p.is_file())
         print(f"  {table}/: {len(files)} file(s)")
+    from kindex_etl.analysis.run import demo_report
+
+    print(f"  report (regressions, comparisons, plots): open {demo_report(str(warehouse))}")
     c = compare(warehouse)
     if c is None:
         print("no kernel has liger and another provider on the same workload: nothing to compare")

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kindex_etl.catalog import Catalog
+from kindex_etl.config import settings
 from kindex_etl.contracts.tables import QUARANTINE_SCHEMA, RUN_WRITE_SCHEMA
 from kindex_etl.contracts.versions import sort_versions
 from kindex_etl.errors import BadFile, StorageError
@@ -90,9 +91,6 @@ class _RejectedLate(Exception):
 WORKDIR_PREFIX = "kindex-"
 _WORKDIR_NAME = re.compile(r"^kindex-[0-9a-f]{16}-")
 _OWNER = ".kindex-owner"
-# A work folder without its owner lock is one a killed run made just before taking the lock
-# (or one from before the lock existed); nothing live goes this long without it.
-_UNLOCKED_GRACE_S = 60.0
 
 
 @dataclass
@@ -154,7 +152,9 @@ def remove_orphaned_workdirs(root: Path | None = None) -> list[Path]:
             removed.append(path)
             continue
         try:
-            if path.exists() and now - path.stat().st_mtime > _UNLOCKED_GRACE_S:
+            # No owner lock: a run killed before it took the lock, or a live one of a version
+            # from before locks existed. Only age tells them apart: the orphan grace (1 h).
+            if path.exists() and now - path.stat().st_mtime > settings().orphan_grace_s:
                 shutil.rmtree(path, ignore_errors=True)
                 removed.append(path)
         except OSError:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.parse
+from pathlib import Path
 
 import duckdb
 
@@ -36,6 +38,12 @@ def test_demo_tells_what_it_used_and_prints_a_query_that_gives_its_numbers(
     out = done.stdout
     assert "a generated sample (offline), not real measurements" in out
     assert "measured with liger 0.8.0 .. 0.8.1" in out
+    report = re.search(r"report \(regressions, comparisons, plots\): open (file://\S+)", out)
+    assert report, out
+    index = Path(urllib.parse.urlparse(report.group(1)).path)
+    assert index == (tmp_path / "demo" / "warehouse" / "reports" / "index.html").resolve()
+    pages = {p.name for p in index.parent.rglob("*.html")} - {"index.html"}
+    assert pages and all(name in index.read_text() for name in pages)  # one page per kernel
     header = re.search(
         r"^(\S+): liger against (\S+), .*liger (\S+) \(its newest release with both", out, re.M
     )
