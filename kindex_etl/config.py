@@ -7,6 +7,9 @@
     KINDEX_RERUN_REPEATS     runs of each version a re-run makes, interleaved (default 3)
     KINDEX_CATALOG_DIR       a directory whose gpus.json / kernels.json override the packaged ones
     KINDEX_ORPHAN_GRACE_S    staging older than this with no commit is removed (seconds)
+    KINDEX_CHECKPOINT_INTERVAL  a log checkpoint every this many commits (0: none)
+    KINDEX_COMPACT_TARGET_ROWS  compaction packs small files into files of at most this many rows
+    KINDEX_VACUUM_RETENTION_S   retired files are deleted by vacuum once retired this long (seconds)
     KINDEX_PYPI_URL          the package index (Simple API) GPU re-runs fetch sdists from
     KINDEX_SDIST_CACHE       where fetched sdists are kept (sha256-checked before reuse)
     KINDEX_OFFLINE           1: the demo fetches nothing and uses its generated sample
@@ -42,6 +45,10 @@ class Settings(BaseSettings):
     rerun_repeats: int = Field(default=3, ge=1)
     catalog_dir: str | None = None
     orphan_grace_s: float = 3600.0
+    checkpoint_interval: int = 100
+    compact_target_rows: int = 1 << 20
+    # A week: longer than any reader holds a snapshot, as Delta Lake's default retention.
+    vacuum_retention_s: float = 7 * 24 * 3600.0
     pypi_url: str = DEFAULT_PYPI_URL
     sdist_cache: str = "~/.cache/kindex-etl/sdists"
     offline: bool = False

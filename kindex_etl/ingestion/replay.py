@@ -23,7 +23,7 @@ from kindex_etl.normalize.quarantine import FILE_LEVEL_REASONS
 
 
 def _open_files(warehouse: Warehouse) -> list[str]:
-    replayed = {k for r in warehouse.records for k in r.replayed_files}
+    replayed = warehouse.replayed_files()
     return [k for k in warehouse.files(layout.QUARANTINE) if k not in replayed]
 
 

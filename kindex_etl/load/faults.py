@@ -14,7 +14,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 FAULT_ENV = "KINDEX_FAULT_AT"
-POINTS = ("after_stage", "after_commit", "mid_publish", "after_publish")
+POINTS = (
+    "after_stage",
+    "after_commit",
+    "mid_publish",
+    "after_publish",
+    "after_checkpoint",
+    "compact_after_stage",
+    "compact_after_commit",
+    "compact_after_publish",
+    "vacuum_mid_delete",
+)
 
 _armed: str | None = None
 

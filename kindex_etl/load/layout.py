@@ -11,6 +11,8 @@ regressions/part-<batch>.parquet                            detected changes (ki
 reports/index.html, reports/<kernel>.html                   the static report (rewritten)
 _kindex/log/<seq>.json                                      commit records (the truth)
 _kindex/snapshot.json                                       every published file, by table
+_kindex/checkpoints/<seq>.json                              the log folded up to <seq>
+_kindex/last_checkpoint.json                                the newest checkpoint's seq (a hint)
 _kindex/staging/<batch>/...                                 data not yet committed
 _kindex/reruns/<version>.json                               GPU re-run requests
 """
@@ -31,6 +33,8 @@ CONTROL = "_kindex/"
 LOG = CONTROL + "log/"
 SNAPSHOT = CONTROL + "snapshot.json"
 STAGING = CONTROL + "staging/"
+CHECKPOINTS = CONTROL + "checkpoints/"
+LAST_CHECKPOINT = CONTROL + "last_checkpoint.json"
 RERUNS = CONTROL + "reruns/"
 
 
@@ -44,6 +48,24 @@ def table_key(table: str, batch: str) -> str:
 
 def documents_key(table: str, batch: str) -> str:
     return f"documents/{table}/part-{batch}.jsonl.zst"
+
+
+def part_key(table: str, batch: str, part: int, partition: str = "") -> str:
+    """A numbered part of a batch (compaction writes several per table and partition)."""
+    folder = f"{table}/{partition}/" if partition else f"{table}/"
+    if table.startswith("documents/"):
+        return f"{folder}part-{batch}-{part:05d}.jsonl.zst"
+    return f"{folder}part-{batch}-{part:05d}.parquet"
+
+
+def partition_of(key: str) -> str:
+    """The hive partition folder of a data key ("release=0.8.0"), or "" for unpartitioned."""
+    parent = key[len(table_of(key)) + 1 :].rpartition("/")[0]
+    return parent
+
+
+def checkpoint_key(seq: int) -> str:
+    return f"{CHECKPOINTS}{seq:012d}.json"
 
 
 def log_key(seq: int) -> str:

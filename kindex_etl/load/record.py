@@ -3,6 +3,12 @@
 Written once by the commit that creates it, read by every process that opens the warehouse:
 which upstream object versions are done, which files the batch added to which table, which
 releases and digests it brought, and its counts. Field names are the log's JSON keys.
+
+One mechanism replaces files: a record's `files` join the snapshot and its `retires` leave it
+(still readable, by older snapshots, until a `vacuum` record forgets them after the retention
+period and their objects are deleted). Compaction is a record with no objects whose files hold
+exactly the rows of the files it retires; a future `reprocess` (every table re-derived from the
+runs' kept upstream values) is the same kind of record, retiring every live file at once.
 """
 
 from __future__ import annotations
@@ -49,8 +55,15 @@ class Writer(_Record):
     pid: int
 
 
+# What a record does, for people and for tools reading the log; the state never branches on it.
+INGEST, COMPACT, VACUUM = "ingest", "compact", "vacuum"
+# Left out of the log's bytes when at their default, so ingest records read as they always did.
+_OMIT_WHEN_EMPTY = ("kind", "retires", "vacuumed")
+
+
 class CommitRecord(_Record):
     batch: str
+    kind: str = INGEST
     objects: list[ObjectEntry] = Field(default_factory=list)
     files: list[FileEntry] = Field(default_factory=list)
     versions: list[str] = Field(default_factory=list)
@@ -58,6 +71,10 @@ class CommitRecord(_Record):
     counts: Counts = Field(default_factory=Counts)
     # Quarantine files whose open rows this batch replayed: they are no longer open.
     replayed_files: list[str] = Field(default_factory=list)
+    # Files (final keys) this commit takes out of the snapshot; their objects stay until vacuum.
+    retires: list[str] = Field(default_factory=list)
+    # Retired files whose objects a vacuum deleted: no snapshot from now on can name them.
+    vacuumed: list[str] = Field(default_factory=list)
     # Set when the record is committed; None on a record not yet written.
     seq: int | None = None
     committed_at: str | None = Field(default=None, alias="committedAt")
@@ -68,6 +85,9 @@ class CommitRecord(_Record):
         import json
 
         data: dict[str, Any] = self.model_dump(by_alias=True, exclude_none=True)
+        for name in _OMIT_WHEN_EMPTY:
+            if data.get(name) in ([], INGEST):
+                del data[name]
         return json.dumps(data, indent=1, sort_keys=True).encode()
 
     @classmethod

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,7 +29,8 @@ import pyarrow.parquet as pq
 
 from kindex_etl.load import layout
 from kindex_etl.load.faults import fault_point
-from kindex_etl.load.record import CommitRecord, Writer
+from kindex_etl.load.record import CommitRecord, FileEntry, Writer
+from kindex_etl.load.state import WarehouseState
 from kindex_etl.storage import (
     NotFound,
     ObjectStore,
@@ -66,64 +68,97 @@ def existing_warehouse(url: str) -> Warehouse | None:
 
 @dataclass
 class Warehouse:
+    """A warehouse's store and what its log says.
+
+    `records` holds the commit records read since the base checkpoint (all of them when there
+    is none); `state` is the log folded up to `head`, from that checkpoint forward.
+    """
+
     store: ObjectStore
     _records: dict[int, CommitRecord] = field(default_factory=dict)
+    _base: WarehouseState | None = None
+    _state: WarehouseState = field(default_factory=WarehouseState)
+    _opened: bool = False
 
     # -- reading the state ------------------------------------------------------------------
 
     def refresh(self) -> list[CommitRecord]:
-        for info in self.store.list(layout.LOG):
+        """Read the records committed since we last looked (from the newest checkpoint, first)."""
+        if not self._opened:
+            self._opened = True
+            self._load_checkpoint()
+        # Sequence numbers are zero-padded, so the log's tail is every key after our head.
+        after = layout.log_key(self.head) if self.head else ""
+        for info in self.store.list(layout.LOG, start_after=after):
             name = info.key[len(layout.LOG) :]
             if not name.endswith(".json") or not name[:-5].isdigit():
                 continue
             seq = int(name[:-5])
-            if seq not in self._records:
+            if seq not in self._records and seq > self._base_seq:
                 self._records[seq] = CommitRecord.from_json(self.store.get_bytes(info.key))
         return self.records
 
+    def _load_checkpoint(self) -> None:
+        # The pointer is a hint written after the checkpoint: stale or missing only means
+        # more records to read, never a wrong state.
+        try:
+            seq = int(json.loads(self.store.get_bytes(layout.LAST_CHECKPOINT))["seq"])
+            state = WarehouseState.from_json(self.store.get_bytes(layout.checkpoint_key(seq)))
+        except (NotFound, KeyError, ValueError):
+            return
+        self._base = state
+        self._state = state.copy()
+
+    @property
+    def _base_seq(self) -> int:
+        return self._base.seq if self._base is not None else 0
+
     @property
     def records(self) -> list[CommitRecord]:
+        """The records read since the base checkpoint, in sequence order."""
         return [self._records[s] for s in sorted(self._records)]
 
     @property
     def head(self) -> int:
-        return max(self._records, default=0)
+        return max(self._records, default=self._base_seq)
+
+    @property
+    def state(self) -> WarehouseState:
+        """The log folded up to `head` (incrementally: each record is applied once)."""
+        if self._state.seq < self.head:
+            for seq in sorted(s for s in self._records if s > self._state.seq):
+                self._state.apply(self._records[seq])
+        return self._state
 
     def done_objects(self) -> dict[str, str]:
-        done: dict[str, str] = {}
-        for record in self.records:
-            for obj in record.objects:
-                done[obj.key] = obj.etag
-        return done
+        return dict(self.state.done)
 
     def files(self, table: str) -> list[str]:
-        return [
-            f.key
-            for record in self.records
-            for f in record.files
-            if layout.table_of(f.key) == table
-        ]
+        """The live files of a table (what the snapshot lists), in commit order."""
+        return self.state.files(table)
 
     def versions(self) -> set[str]:
         """Every liger_version the committed runs hold."""
-        return {v for r in self.records for v in r.versions}
+        return set(self.state.versions)
 
     def digests(self) -> set[str]:
         """Every protocol, environment and descriptor digest already written."""
-        return {d for r in self.records for d in r.digests}
+        return set(self.state.digests)
+
+    def replayed_files(self) -> set[str]:
+        """Quarantine files whose open rows a replay settled."""
+        return set(self.state.replayed)
 
     def batch_of(self) -> dict[str, str]:
-        """The batch that added each committed file (where staging keeps it until published)."""
-        return {f.key: r.batch for r in self.records for f in r.files}
+        """The batch that added each live file (where staging keeps it until published)."""
+        return {k: f.batch for k, f in self.state.live().items()}
 
     def read_table(self, table: str, columns: list[str] | None = None) -> pa.Table | None:
         """All committed rows of a table (published or still in staging)."""
-        parts = []
-        for record in self.records:
-            for f in record.files:
-                if layout.table_of(f.key) != table:
-                    continue
-                parts.append(self.read_file(record.batch, f.key, columns))
+        parts = [
+            self.read_file(f.batch, f.key, columns)
+            for f in self.state.tables.get(table, {}).values()
+        ]
         if not parts:
             return None
         return pa.concat_tables(parts, promote_options="permissive")
@@ -225,17 +260,12 @@ class Warehouse:
                 if snap.get("seq", 0) >= self.head:
                     return
             if not rolled:
-                committed = {r.batch: r for r in self.records}
-                for batch in self._staged_batches():
-                    if batch in committed:
-                        self.publish(committed[batch])
+                staged = self._staged_batches()
+                for record in self._committed(staged).values():
+                    self.publish(record)
                 rolled = True
-            tables: dict[str, list[str]] = {}
-            for record in self.records:
-                for f in record.files:
-                    tables.setdefault(layout.table_of(f.key), []).append(f.key)
             payload = json.dumps(
-                {"seq": self.head, "updatedAt": utcnow(), "tables": tables},
+                {"seq": self.head, "updatedAt": utcnow(), "tables": self.state.snapshot_tables()},
                 indent=1,
                 sort_keys=True,
             ).encode()
@@ -244,9 +274,63 @@ class Warehouse:
                     self.store.put_bytes(layout.SNAPSHOT, payload, if_none_match=True)
                 else:
                     self.store.put_bytes(layout.SNAPSHOT, payload, if_match=current.etag)
-                return
             except PreconditionFailed:
                 continue
+            self.maybe_checkpoint()
+            return
+
+    def _committed(self, batches: Iterable[str]) -> dict[str, CommitRecord]:
+        """Those of `batches` that are committed, each as a record to publish.
+
+        A batch older than the base checkpoint is rebuilt from the state (its files, live or
+        retired); the records read since then are used as they are.
+        """
+        wanted = set(batches)
+        if not wanted:
+            return {}
+        kept = self.state.committed_batches()
+        kept_keys = {k for keys in kept.values() for k in keys}
+        committed = {
+            # A file a later commit retired and a vacuum deleted is gone for good: not a hole.
+            r.batch: r.model_copy(update={"files": [f for f in r.files if f.key in kept_keys]})
+            for r in self.records
+            if r.batch in wanted
+        }
+        for batch, keys in kept.items():
+            if batch in wanted and batch not in committed:
+                files = [FileEntry(key=k, rows=0) for k in keys]
+                committed[batch] = CommitRecord(batch=batch, files=files)
+        return committed
+
+    def maybe_checkpoint(self, interval: int | None = None) -> int | None:
+        """Write a checkpoint at the head when the last one is `interval` commits behind.
+
+        The state at a sequence number is a function of the log, so any writer may write it:
+        a conditional create, and losing to someone else's identical bytes is fine.
+        """
+        if interval is None:
+            from kindex_etl.config import settings
+
+            interval = settings().checkpoint_interval
+        head = self.head
+        if interval <= 0 or head == 0 or head - self._latest_checkpoint() < interval:
+            return None
+        state = self.state
+        if state.seq != head:  # a gap in what we read: leave the checkpoint to a later writer
+            return None
+        try:
+            self.store.put_bytes(layout.checkpoint_key(head), state.to_json(), if_none_match=True)
+        except PreconditionFailed:
+            pass
+        fault_point("after_checkpoint")
+        self.store.put_bytes(layout.LAST_CHECKPOINT, json.dumps({"seq": head}).encode())
+        return head
+
+    def _latest_checkpoint(self) -> int:
+        try:
+            return int(json.loads(self.store.get_bytes(layout.LAST_CHECKPOINT))["seq"])
+        except (NotFound, KeyError, ValueError):
+            return 0
 
     def discard(self, batch: str) -> None:
         """Drop the staging of a batch whose commit just lost (PreconditionFailed); refreshes.
@@ -262,10 +346,10 @@ class Warehouse:
         """
         attempted = self.head + 1
         self.refresh()
-        for record in self.records:
-            if record.batch == batch:
-                self.publish(record)
-                return
+        committed = self._committed([batch])
+        if batch in committed:
+            self.publish(committed[batch])
+            return
         if attempted not in self._records:
             return
         for info in list(self.store.list(f"{layout.STAGING}{batch}/")):
@@ -274,9 +358,9 @@ class Warehouse:
     def recover(self, orphan_grace: timedelta) -> dict[str, int]:
         """Finish interrupted publishes; remove staging that no commit will ever claim."""
         self.refresh()
-        committed = {r.batch: r for r in self.records}
-        rolled, removed = 0, 0
         staged_batches = self._staged_batches()
+        committed = self._committed(staged_batches)
+        rolled, removed = 0, 0
         now = datetime.now(UTC)
         for batch, infos in staged_batches.items():
             if batch in committed:

@@ -43,8 +43,8 @@ class ObjectStore(Protocol):
 
     url: str
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """Every object under `prefix`, any depth, in key order."""
+    def list(self, prefix: str = "", *, start_after: str = "") -> Iterator[ObjectInfo]:
+        """Every object under `prefix`, any depth, in key order (only keys > `start_after`)."""
         ...
 
     def head(self, key: str) -> ObjectInfo | None: ...

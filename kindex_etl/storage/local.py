@@ -63,7 +63,7 @@ class LocalStore:
             last_modified=datetime.fromtimestamp(stat.st_mtime, tz=UTC),
         )
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", *, start_after: str = "") -> Iterator[ObjectInfo]:
         keys: list[tuple[str, Path]] = []
         # Walk only the folder the prefix names: listing `_kindex/log/` must not walk the data.
         start = self._path(prefix.rsplit("/", 1)[0]) if "/" in prefix else self.root
@@ -74,7 +74,7 @@ class LocalStore:
                     continue
                 path = Path(dirpath) / name
                 key = path.relative_to(self.root).as_posix()
-                if key.startswith(prefix):
+                if key.startswith(prefix) and key > start_after:
                     keys.append((key, path))
         for key, path in sorted(keys):
             with contextlib.suppress(FileNotFoundError):

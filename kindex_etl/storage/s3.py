@@ -209,13 +209,15 @@ class S3Store:
 
     # -- ObjectStore -------------------------------------------------------------------------
 
-    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+    def list(self, prefix: str = "", *, start_after: str = "") -> Iterator[ObjectInfo]:
         base = f"{self.prefix}/" if self.prefix else ""
         paginator = self._client.get_paginator("list_objects_v2")
         try:
             # ListObjectsV2 returns keys in UTF-8 byte order, which is code-point order: the
             # same order `sorted()` gives LocalStore.
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix):
+            # StartAfter: the log's tail is one request, however long the log.
+            extra = {"StartAfter": base + start_after} if start_after else {}
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=base + prefix, **extra):
                 for obj in page.get("Contents", ()):
                     yield ObjectInfo(
                         key=self._rel(obj["Key"]),
