@@ -79,8 +79,10 @@ class WarehouseState:
     def committed_batches(self) -> dict[str, list[str]]:
         """Each batch with files still kept (live or retired) and those files' keys."""
         out: dict[str, list[str]] = {}
-        for f in [*self.live().values(), *self.retired.values()]:
+        for f in self.live().values():
             out.setdefault(f.batch, []).append(f.key)
+        for r in self.retired.values():
+            out.setdefault(r.batch, []).append(r.key)
         return out
 
     def snapshot_tables(self) -> dict[str, list[str]]:

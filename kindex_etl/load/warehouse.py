@@ -15,6 +15,7 @@ log, so any worker can continue where another stopped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -318,10 +319,8 @@ class Warehouse:
         state = self.state
         if state.seq != head:  # a gap in what we read: leave the checkpoint to a later writer
             return None
-        try:
+        with contextlib.suppress(PreconditionFailed):
             self.store.put_bytes(layout.checkpoint_key(head), state.to_json(), if_none_match=True)
-        except PreconditionFailed:
-            pass
         fault_point("after_checkpoint")
         self.store.put_bytes(layout.LAST_CHECKPOINT, json.dumps({"seq": head}).encode())
         return head

@@ -1,6 +1,6 @@
 """Warehouse upkeep as commits: compaction (small files into large) and vacuum (retired files)."""
 
-from kindex_etl.maintenance.compact import CompactResult, compact
-from kindex_etl.maintenance.vacuum import VacuumResult, vacuum
+from kindex_etl.maintenance.compaction import CompactResult, compact
+from kindex_etl.maintenance.vacuuming import VacuumResult, vacuum
 
 __all__ = ["CompactResult", "VacuumResult", "compact", "vacuum"]

@@ -23,7 +23,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from kindex_etl.config import settings
 from kindex_etl.contracts.tables import (
@@ -211,7 +210,9 @@ def compact(
 ) -> CompactResult:
     """Merge small files into files of up to `target_rows` rows, in one commit; idempotent."""
     target = target_rows if target_rows is not None else settings().compact_target_rows
-    grace = orphan_grace if orphan_grace is not None else timedelta(seconds=settings().orphan_grace_s)
+    grace = (
+        orphan_grace if orphan_grace is not None else timedelta(seconds=settings().orphan_grace_s)
+    )
     warehouse = open_warehouse(warehouse_url)
     # A compaction that crashed after its commit is finished here; one that crashed before
     # it left staging under the same batch id it gets again below, re-staged and committed.
