@@ -26,6 +26,8 @@ SUBCOMMANDS = (
     "kindex_etl.cli.commands:RERUNS",
     "kindex_etl.cli.commands:RERUN",
     "kindex_etl.cli.commands:REGRESSIONS",
+    "kindex_etl.maintenance.command:COMPACT",
+    "kindex_etl.maintenance.command:VACUUM",
     "kindex_etl.cli.commands:SCHEMA",
     "kindex_etl.cli.commands:SERVER",
     "kindex_etl.cli.commands:DEMO",

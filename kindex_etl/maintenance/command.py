@@ -1,0 +1,64 @@
+"""`kindex-etl compact` and `kindex-etl vacuum`: their arguments and what they run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import timedelta
+from typing import Any
+
+from kindex_etl.cli.registry import Command
+
+
+def _run(args: argparse.Namespace, work: Any) -> int:
+    from kindex_etl.errors import StorageError
+
+    try:
+        result = work()
+    except (StorageError, ValueError, OSError) as exc:
+        print(f"kindex-etl: error: {exc}", file=sys.stderr)
+        return 2
+    data = result.as_dict()
+    if args.json:
+        print(json.dumps(data, sort_keys=True))
+    else:
+        print(" ".join(f"{k}={v}" for k, v in sorted(data.items())))
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from kindex_etl.maintenance.compaction import compact
+
+    return _run(args, lambda: compact(args.warehouse, target_rows=args.target_rows))
+
+
+def cmd_vacuum(args: argparse.Namespace) -> int:
+    from kindex_etl.maintenance.vacuuming import vacuum
+
+    retention = None if args.retention_s is None else timedelta(seconds=args.retention_s)
+    return _run(args, lambda: vacuum(args.warehouse, retention=retention))
+
+
+def _compact_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--warehouse", required=True)
+    p.add_argument("--target-rows", type=int, default=None,
+                   help="rows per compacted file at most (KINDEX_COMPACT_TARGET_ROWS)")  # fmt: skip
+    p.add_argument("--json", action="store_true")
+
+
+def _vacuum_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--warehouse", required=True)
+    p.add_argument("--retention-s", type=float, default=None,
+                   help="keep retired files this long (KINDEX_VACUUM_RETENTION_S)")  # fmt: skip
+    p.add_argument("--json", action="store_true")
+
+
+COMPACT = Command(
+    "compact", "rewrite small files into large ones, in one commit", _compact_arguments,
+    cmd_compact,
+)  # fmt: skip
+VACUUM = Command(
+    "vacuum", "delete files compaction retired, after the retention", _vacuum_arguments,
+    cmd_vacuum,
+)  # fmt: skip
