@@ -10,7 +10,9 @@ Checks, without importing any flow (a GPU flow's imports need not exist here):
 - each work pool is one deploy/setup.py creates, and every job variable is a variable of that
   pool's base job template (a misspelled job variable would be dropped silently too);
 - pull/build/push steps are single-key mappings naming an importable step function whose
-  arguments they use.
+  arguments they use;
+- no two cron schedules fire at the same minute (the ingest and the maintenance flow write one
+  warehouse: started together, one would lose the race for the next commit and redo its work).
 """
 
 from __future__ import annotations
@@ -261,6 +263,32 @@ def validate(path: Path, root: Path = ROOT, *, missing_ok: Sequence[str] = ()) -
             problems += _step_problems(dep.get(action), f"{where}.{action}")
         for j, trigger in enumerate(dep.get("triggers") or []):
             problems += _trigger_problems(trigger, f"{where}.triggers[{j}]")
+    problems += _cron_collisions(raw.get("deployments") or [])
+    return problems
+
+
+def _cron_collisions(deployments: list[Any]) -> list[str]:
+    """Pairs of cron schedules whose minute fields name the same fixed minute."""
+    by_minute: dict[tuple[str, str], str] = {}
+    problems = []
+    for dep in deployments:
+        if not isinstance(dep, dict):
+            continue
+        for sched in dep.get("schedules") or []:
+            cron = sched.get("cron") if isinstance(sched, dict) else None
+            if not isinstance(cron, str) or not cron.split():
+                continue
+            minute = cron.split()[0]
+            if not minute.isdigit():
+                continue
+            key = (str(sched.get("timezone") or "UTC"), str(int(minute)))
+            if key in by_minute:
+                problems.append(
+                    f"deployments ({dep.get('name')}): cron {cron!r} starts at the same minute "
+                    f"as {by_minute[key]}'s"
+                )
+            else:
+                by_minute[key] = str(dep.get("name"))
     return problems
 
 

@@ -43,12 +43,16 @@ def test_prefect_yaml_is_valid() -> None:
     assert validate.validate(PREFECT_FILE, REPO) == []
 
 
-def test_prefect_yaml_declares_the_three_deployments() -> None:
+def test_prefect_yaml_declares_the_four_deployments() -> None:
     deps = {d["name"]: d for d in _declared()["deployments"]}
     assert deps["ingest"]["entrypoint"] == "flows/ingest.py:ingest_flow"
     assert deps["backfill"]["entrypoint"] == "flows/backfill.py:backfill_flow"
     assert deps["gpu-rerun"]["entrypoint"] == "flows/gpu_rerun.py:gpu_rerun_flow"
-    assert [p["work_pool"]["name"] for p in deps.values()] == ["kindex-etl"] * 2 + ["kindex-gpu"]
+    assert deps["maintenance"]["entrypoint"] == "flows/maintenance.py:maintenance_flow"
+    pools = [p["work_pool"]["name"] for p in deps.values()]
+    assert pools == ["kindex-etl"] * 2 + ["kindex-gpu", "kindex-etl"]
+    (daily,) = deps["maintenance"]["schedules"]
+    assert daily["cron"].split()[2:] == ["*", "*", "*"]  # once a day
     (hourly,) = deps["ingest"]["schedules"]
     minute, *rest = hourly["cron"].split()
     assert minute.isdigit() and rest == ["*", "*", "*", "*"]  # once an hour
@@ -76,6 +80,8 @@ def test_prefect_yaml_declares_the_three_deployments() -> None:
             "prefect.deployments.steps.set_working_directory"].update(directry="/x"),
          "takes no ['directry']"),
         (lambda d: d.update(deploymnets=[]), "unknown key 'deploymnets'"),
+        (lambda d: d["deployments"][3]["schedules"][0].update(cron="17 3 * * *"),
+         "same minute as ingest"),
         (lambda d: d["deployments"][1].update(triggers=[{
             "type": "event", "enabled": True, "match": {"prefect.resource.id": "x"},
             "expects": ["kindex.rerun.requested"],
@@ -89,7 +95,7 @@ def test_prefect_yaml_declares_the_three_deployments() -> None:
     ],
     ids=["deployment-key", "schedule-key", "parameter", "work-pool-key", "job-variable",
          "pool-name", "collision-strategy", "entrypoint-function", "pull-step-arg", "top-level",
-         "trigger-key", "valid-trigger"],
+         "cron-collision", "trigger-key", "valid-trigger"],
 )  # fmt: skip
 def test_validator_catches_what_prefect_would_accept_silently(
     mutate: Any, expected: str | None, tmp_path: Path

@@ -1,0 +1,51 @@
+"""The maintenance flow: compaction, then vacuum, holding the warehouse's slot (deploy/: daily)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from prefect import flow, task
+from prefect.cache_policies import NONE
+
+from flows.common import IO_RETRY_DELAYS, transient, warehouse_slot
+from kindex_etl.config import settings
+from kindex_etl.maintenance import compact, vacuum
+
+
+@task(
+    name="compact-warehouse", retries=2, retry_delay_seconds=IO_RETRY_DELAYS,
+    retry_condition_fn=transient, cache_policy=NONE,
+)  # fmt: skip
+def compact_task(warehouse: str, target_rows: int | None) -> dict[str, Any]:
+    # Safe to retry: a compaction is one commit, and planning again finds what is left.
+    return compact(warehouse, target_rows=target_rows).as_dict()
+
+
+@task(
+    name="vacuum-warehouse", retries=2, retry_delay_seconds=IO_RETRY_DELAYS,
+    retry_condition_fn=transient, cache_policy=NONE,
+)  # fmt: skip
+def vacuum_task(warehouse: str, retention_s: float | None) -> dict[str, Any]:
+    retention = None if retention_s is None else timedelta(seconds=retention_s)
+    return vacuum(warehouse, retention=retention).as_dict()
+
+
+@flow(name="kindex-maintenance", log_prints=False)
+def maintenance_flow(
+    warehouse: str | None = None,
+    target_rows: int | None = None,
+    vacuum_retired: bool = True,
+    retention_s: float | None = None,
+) -> dict[str, Any]:
+    """Compact small files into large ones, then delete files retired past the retention.
+
+    Holds the warehouse's concurrency slot like an ingest, so the two queue instead of racing
+    for the next commit (either would win correctly; the loser would redo its work).
+    """
+    url = warehouse or settings().warehouse
+    with warehouse_slot(url):
+        out = {"compact": compact_task(url, target_rows)}
+        if vacuum_retired:
+            out["vacuum"] = vacuum_task(url, retention_s)
+    return out
