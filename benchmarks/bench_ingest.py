@@ -1,10 +1,15 @@
 """Ingest speed and memory against DuckDB's plain CSV-to-Parquet copy of the same file.
 
     python benchmarks/bench_ingest.py --rows 5000000 [--workdir /tmp/kindex-bench] [--repeat 1]
+    python benchmarks/bench_ingest.py --rows 5000000 --data realistic --sdist-dir /tmp/sd
 
-Writes an upstream CSV of the requested size (the real upstream sample, or a generated one,
-replicated with shifted timestamps so every row is a distinct run), then times, in the same
-run and on the same file:
+Writes an upstream CSV of the requested size, then times, in the same run and on the same
+file. `--data sample` (the default): the real upstream sample, or a generated one, replicated
+with shifted timestamps so every row is a distinct run (2,448 distinct descriptors, easy on
+the per-descriptor caches). `--data realistic`: `benchmarks/realistic.py`, as varied as the
+real per-commit history (~9,500 combinations, ~12,000 timestamps and 62 shapes per 80,000
+rows, one row in six held back), from the data files of the sdists in `--sdist-dir`
+(`pip download --no-deps --no-binary :all: -d DIR liger-kernel==0.8.5`). Timed:
   * DuckDB: COPY (SELECT * FROM read_csv(...)) TO ... (FORMAT parquet, COMPRESSION zstd)
   * `kindex-etl ingest --json` end to end, as a subprocess (Prefect start-up, Parquet and the
     zstd JSON documents included), with peak RSS of its whole process tree (the Prefect
@@ -140,6 +145,7 @@ def kindex_ingest(csv_dir: Path, warehouse: Path, env: dict[str, str]) -> dict[s
         "peak_rss_ingest_mib": peak_self / 2**20,
         "peak_rss_tree_mib": peak_tree / 2**20,
         "runs_written": summary["runs_written"],
+        "quarantined_rows": summary["quarantined_rows"],
         "pipeline_seconds": summary["elapsed_s"],
     }
 
@@ -150,6 +156,8 @@ def main() -> None:
     parser.add_argument("--workdir", default="/tmp/kindex-bench")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the generated CSV")
+    parser.add_argument("--data", choices=("sample", "realistic"), default="sample")
+    parser.add_argument("--sdist-dir", default=None, help="liger-kernel sdists (realistic data)")
     args = parser.parse_args()
 
     work = Path(args.workdir)
@@ -158,7 +166,13 @@ def main() -> None:
     if not csv.exists() or csv.stat().st_size == 0 or not args.keep:
         shutil.rmtree(upstream, ignore_errors=True)
         t = time.perf_counter()
-        write_upstream(csv, args.rows)
+        if args.data == "realistic":
+            sys.path.insert(0, str(REPO))
+            from benchmarks import realistic
+
+            realistic.write(csv, args.rows, Path(args.sdist_dir) if args.sdist_dir else None)
+        else:
+            write_upstream(csv, args.rows)
         print(
             f"wrote {csv} ({csv.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s",
             file=sys.stderr,
@@ -184,6 +198,7 @@ def main() -> None:
         results.append(
             {
                 "rows": args.rows,
+                "data": args.data,
                 "duckdb_seconds": round(duck, 2),
                 **{k: round(v, 2) for k, v in ours.items()},
                 "ratio": round(ours["seconds"] / duck, 2),

@@ -42,6 +42,7 @@ from kindex_etl.load.warehouse import Warehouse
 from kindex_etl.load.writers import ParquetTableWriter, RunsWriter, WrittenFile
 from kindex_etl.normalize.columnar import ColumnarNormalizer
 from kindex_etl.normalize.dedup import RunIndex
+from kindex_etl.normalize.descriptors import Descriptor
 from kindex_etl.normalize.quarantine import held_back_without_row, quarantine_table
 
 # The run-index columns: a committed run's key and value fingerprint are rebuilt from these.
@@ -189,6 +190,27 @@ class _Work:
     digests: set[str] = field(default_factory=set)  # descriptor digests new to the warehouse
     # (key, etag, line, reason, detail) of every row held back, when a replay asks for it.
     held: Counter[tuple[object, ...]] | None = None
+    # For every protocol, environment, workload and implementation digest this batch's runs
+    # use, one descriptor that carries it: what the batch's descriptor tables are written from.
+    harvested: list[Descriptor] = field(default_factory=list)
+    harvested_digests: set[str] = field(default_factory=set)
+
+
+# Resolved descriptors a process keeps before it drops them (see reset_descriptors).
+DESCRIPTOR_CAP = 1 << 16
+
+
+def _harvest(work: _Work, descriptors: list[Descriptor]) -> None:
+    """Move the descriptors the batch's runs use out of the table's ids into `harvested`."""
+    seen = work.harvested_digests
+    for i in sorted(work.descriptor_ids):
+        d = descriptors[i]
+        digests = (d.protocol_digest, d.environment_digest, d.workload_digest,
+                   d.implementation_digest)  # fmt: skip
+        if not seen.issuperset(digests):
+            work.harvested.append(d)
+            seen.update(digests)
+    work.descriptor_ids.clear()
 
 
 class Ingestor:
@@ -385,6 +407,9 @@ class Ingestor:
         runs = nb.runs.filter(keep)
         lines = nb.json_lines.filter(keep)
         work.descriptor_ids.update(np.unique(nb.descriptor_ids[result.keep]).tolist())
+        if self.normalizer.descriptors_over(DESCRIPTOR_CAP):
+            _harvest(work, self.normalizer.table.descriptors)
+            self.normalizer.reset_descriptors()
         work.versions.update(pc.unique(runs.column("liger_version").cast(pa.string())).to_pylist())
         report.runs += runs.num_rows
         report.duplicates += int(result.duplicate.sum())
@@ -402,9 +427,8 @@ class Ingestor:
         q = work.quarantine.close()
         if q is not None:
             files.append(q)
-        new_docs = [
-            d for i, d in enumerate(self.normalizer.table.descriptors) if i in work.descriptor_ids
-        ]
+        _harvest(work, self.normalizer.table.descriptors)
+        new_docs = work.harvested
         work.digests, descriptor_files = descriptor_tables(
             workdir, batch, new_docs, self.warehouse.digests()
         )

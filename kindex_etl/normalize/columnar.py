@@ -121,23 +121,36 @@ class DescriptorTable:
         return found
 
     def columns(self) -> dict[str, pa.Array]:
+        """Per-descriptor columns, indexed by descriptor id.
+
+        Only descriptors added since the last call are converted: on data as varied as the
+        real history new descriptors arrive with every batch, and rebuilding every column
+        from all descriptors each time made an ingest quadratic in its distinct descriptors.
+        """
         if self._size != len(self.descriptors):
-            rows = [descriptor_values(d) for d in self.descriptors]
-            cols: dict[str, pa.Array] = {
-                name: pa.array([r[name] for r in rows], type=RUN_SCHEMA.field(name).type)
-                for name in DESCRIPTOR_FIELDS
-            }
-            frags = [fragments(d) for d in self.descriptors]
-            for i, part in enumerate(("frag_head", "frag_middle")):
-                cols[part] = pa.array([f[i] for f in frags], type=pa.string())
-            cols["name_prefix"] = pa.array(
-                [d.name_prefix for d in self.descriptors], type=pa.string()
-            )
-            cols["is_speed"] = pa.array(
-                [d.metric == "speed" for d in self.descriptors], type=pa.bool_()
-            )
-            self._columns, self._size = cols, len(self.descriptors)
+            added = self.descriptors[max(self._size, 0) :]
+            new = _descriptor_columns(added)
+            if self._columns:
+                new = {
+                    name: pa.concat_arrays([self._columns[name], part])
+                    for name, part in new.items()
+                }
+            self._columns, self._size = new, len(self.descriptors)
         return self._columns
+
+
+def _descriptor_columns(descriptors: list[Descriptor]) -> dict[str, pa.Array]:
+    rows = [descriptor_values(d) for d in descriptors]
+    cols: dict[str, pa.Array] = {
+        name: pa.array([r[name] for r in rows], type=RUN_SCHEMA.field(name).type)
+        for name in DESCRIPTOR_FIELDS
+    }
+    frags = [fragments(d) for d in descriptors]
+    for i, part in enumerate(("frag_head", "frag_middle")):
+        cols[part] = pa.array([f[i] for f in frags], type=pa.string())
+    cols["name_prefix"] = pa.array([d.name_prefix for d in descriptors], type=pa.string())
+    cols["is_speed"] = pa.array([d.metric == "speed" for d in descriptors], type=pa.bool_())
+    return cols
 
 
 @dataclass
@@ -215,6 +228,23 @@ class ColumnarNormalizer:
         self.series: dict[str, int] = {}
         self._series_of: list[int] = []
         self._ident_of: list[int] = []
+
+    def descriptors_over(self, cap: int) -> bool:
+        return len(self.table.descriptors) > cap
+
+    def reset_descriptors(self) -> None:
+        """Forget the resolved descriptors (ids start again at 0); keeps the resolver's caches.
+
+        Memory for descriptors grows with distinct (kernel, provider, pass, metric, x, config,
+        GPU, release) keys, which on real history is about half the rows: a long ingest
+        drops them now and then and resolves again what comes back. Series numbers (and so
+        run keys) are kept: they must not change within a process.
+        """
+        resolver = self.table.resolver
+        self.table = DescriptorTable(self.table.catalog)
+        self.table.resolver = resolver
+        self._series_of = []
+        self._ident_of = []
 
     def series_index(self, series_id: str) -> int:
         return self.series.setdefault(series_id, len(self.series))
