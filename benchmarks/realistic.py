@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO.parent / "shared" / "upstream-sample" / "all_benchmark_data.csv"
 BLOCK = 80_000
 SHAPES_PER_BLOCK = 62
+BLOCKS_PER_RELEASE = 4
 HELD_BACK_SHARE = 1 / 6
 UNPLACEABLE_GPU = "Intel Data Center GPU Max 1550"  # not in kindex_etl/catalog/gpus.json
 SHAPE_KEY = ("kernel_name", "x_name", "extra_benchmark_config_str")
@@ -100,12 +101,15 @@ class Generator:
 
     def block(self, index: int, rows: int) -> pa.Table:
         rng = self.rng
+        epoch = index // BLOCKS_PER_RELEASE
         n_shapes = SHAPES_PER_BLOCK
         # Fewer real shapes than that: the rest are the same scripts with a later config.
         chosen = np.concatenate(
             [
                 rng.permutation(len(self.shapes)),
-                rng.choice(len(self.shapes), max(0, n_shapes - len(self.shapes))),
+                np.random.default_rng(epoch).choice(
+                    len(self.shapes), max(0, n_shapes - len(self.shapes))
+                ),
             ]
         )[:n_shapes]
         # Per shape, for the whole block (a release's scripts are fixed): its GPUs (one in
@@ -114,21 +118,23 @@ class Generator:
         # one with a parameter embedded.
         plan: list[tuple[int, list[str], str, str, bool]] = []
         for k, s in enumerate(int(c) for c in chosen):
-            n_gpus = min(len(self.gpus), int(rng.integers(3, 5)))
-            gpus = [str(g) for g in rng.choice(self.gpus, n_gpus, replace=False)]
-            if rng.random() < HELD_BACK_SHARE * 2.5:
+            # While a release lasts, its commits re-run the same scripts on the same GPUs:
+            # the shape's plan is a function of (release, shape), not of the block.
+            srng = np.random.default_rng([epoch, s, int(k >= len(self.shapes))])
+            n_gpus = min(len(self.gpus), int(srng.integers(3, 5)))
+            gpus = [str(g) for g in srng.choice(self.gpus, n_gpus, replace=False)]
+            if srng.random() < HELD_BACK_SHARE * 2.5:
                 gpus[-1] = UNPLACEABLE_GPU
             first = int(self.shapes[s][0])
             kernel, config = self.kernels[first], self.configs[first]
-            if rng.random() < 0.15 or k >= len(self.shapes):
+            if srng.random() < 0.15 or k >= len(self.shapes):
                 config = _FIRST_INT.sub(lambda m: f"{m[1]}{int(m[2]) * 2}{m[3]}", config, 1)
-            if k < round(n_shapes * HELD_BACK_SHARE / 2):
+            if s % 12 == 0:  # about one shape in twelve
                 kernel = f"dyt_beta={bool(k % 2)}"
-            plan.append((s, gpus, kernel, config, rng.random() < 0.25))
+            plan.append((s, gpus, kernel, config, srng.random() < 0.25))
         # The block's release: upstream's per-commit files each hold the release of their
         # commit, so the history moves through releases block by block (two per block).
-        v0 = (2 * index) % len(self.versions)
-        versions = [self.versions[v0], self.versions[(v0 + 1) % len(self.versions)]]
+        versions = self._versions(index)
         take: list[np.ndarray] = []
         cols: dict[str, list[str]] = {c: [] for c in ("gpu", "ts", "ver", "kernel", "config", "x")}
         jitter: list[np.ndarray] = []
@@ -175,6 +181,14 @@ class Generator:
         return pa.table(
             {c: replace[c] if c in replace else out.column(c) for c in UPSTREAM_COLUMNS}
         )
+
+    def _versions(self, index: int) -> list[str]:
+        """Upstream's per-commit files hold their commit's release: a release lasts a few
+        blocks (its commits), the next one overlapping its last block."""
+        v = (index // BLOCKS_PER_RELEASE) % len(self.versions)
+        nxt = self.versions[(v + 1) % len(self.versions)]
+        last = index % BLOCKS_PER_RELEASE == BLOCKS_PER_RELEASE - 1
+        return [self.versions[v], nxt] if last else [self.versions[v]]
 
     def blocks(self, rows: int) -> Iterator[pa.Table]:
         i = 0
