@@ -35,9 +35,10 @@ from kindex_etl.contracts.tables import (
 )
 from kindex_etl.errors import PreconditionFailed, StorageError
 from kindex_etl.load import layout
+from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import COMPACT, CommitRecord, FileEntry
 from kindex_etl.load.state import LiveFile, WarehouseState
-from kindex_etl.load.warehouse import Warehouse, fault_point, open_warehouse
+from kindex_etl.load.warehouse import Warehouse, open_warehouse
 from kindex_etl.load.writers import ROW_GROUP_ROWS, ParquetTableWriter
 
 COMMIT_ATTEMPTS = 8

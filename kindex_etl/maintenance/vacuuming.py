@@ -16,9 +16,10 @@ from datetime import UTC, datetime, timedelta
 from kindex_etl.config import settings
 from kindex_etl.errors import PreconditionFailed, StorageError
 from kindex_etl.load import layout
+from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import VACUUM, CommitRecord
 from kindex_etl.load.state import RetiredFile
-from kindex_etl.load.warehouse import fault_point, open_warehouse
+from kindex_etl.load.warehouse import open_warehouse
 
 COMMIT_ATTEMPTS = 8
 

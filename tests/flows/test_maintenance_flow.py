@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.load import data_objects, log_records
 from tests.maintenance import hourly_upstream, ingest_hourly, read_snapshot, view
+from tests.warehouse import data_objects, log_records
 
 pytestmark = pytest.mark.usefixtures("prefect_harness")
 

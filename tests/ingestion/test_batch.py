@@ -10,7 +10,7 @@ import pytest
 import kindex_etl.ingestion.batch as batch_module
 from kindex_etl import IngestOptions, ingest
 from kindex_etl.ingestion import run as run_module
-from tests.load import SAMPLE_CSV, assert_same_files, data_objects, need_shared, without_batch
+from tests.warehouse import SAMPLE_CSV, assert_same_files, data_objects, need_shared, without_batch
 
 
 def _ingest(tmp_path: Path, name: str) -> dict[str, bytes]:

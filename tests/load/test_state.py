@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from kindex_etl.load import layout
+from kindex_etl.load.faults import SimulatedCrash, crash_at
 from kindex_etl.load.record import CommitRecord
 from kindex_etl.load.state import WarehouseState
-from kindex_etl.load.warehouse import InjectedFault, Warehouse, open_warehouse
+from kindex_etl.load.warehouse import Warehouse, open_warehouse
 from kindex_etl.maintenance import compact, vacuum
 from kindex_etl.storage import open_store
 from tests.maintenance import hourly_upstream, ingest_hourly
@@ -93,12 +94,9 @@ def test_a_missing_or_stale_pointer_only_costs_reading_more_of_the_log(hourly, m
     assert fresh.state.to_json() == _folded_from_whole_log(wh).to_json()
 
     # A crash between writing a checkpoint and moving the pointer: the next start is right.
-    monkeypatch.setenv("KINDEX_FAULT_AT", "after_checkpoint")
-    monkeypatch.setenv("KINDEX_FAULT_RAISE", "1")
     hourly_upstream(upstream, 8)
-    with pytest.raises(InjectedFault):
+    with crash_at("after_checkpoint"), pytest.raises(SimulatedCrash):
         ingest_hourly(upstream, wh)
-    monkeypatch.delenv("KINDEX_FAULT_AT")
     fresh = open_warehouse(wh)
     fresh.refresh()
     assert fresh.head == 8

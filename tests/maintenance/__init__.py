@@ -11,7 +11,7 @@ import pyarrow as pa
 from kindex_etl import IngestOptions, ingest
 from kindex_etl.load import layout
 from kindex_etl.storage import open_store
-from tests.load import HEADER, documents, put_objects, synthetic_csv, tables
+from tests.warehouse import HEADER, documents, put_objects, synthetic_csv, tables
 
 UNKNOWN_GPU_ROW = (
     "megatron_rms_norm,torch,full,speed,ms,H,hidden size,4096,0.2,0.19,0.21,"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from kindex_etl.cli import main
-from tests.load import data_objects
 from tests.maintenance import hourly_upstream, ingest_hourly, read_snapshot, run_ids, view
+from tests.warehouse import data_objects
 
 
 def test_compact_then_vacuum_from_the_command_line(tmp_path, capsys):

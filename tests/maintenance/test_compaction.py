@@ -11,12 +11,13 @@ import pytest
 
 from kindex_etl import IngestOptions, ingest, open_quarantine
 from kindex_etl.load import layout
-from kindex_etl.load.warehouse import InjectedFault, open_warehouse
+from kindex_etl.load.faults import SimulatedCrash, crash_at
+from kindex_etl.load.warehouse import open_warehouse
 from kindex_etl.maintenance import compact, vacuum
 from kindex_etl.maintenance.compaction import plan
 from kindex_etl.storage import open_store
-from tests.load import data_objects, keys_under, log_records
 from tests.maintenance import hourly_upstream, ingest_hourly, read_snapshot, run_ids, view
+from tests.warehouse import data_objects, keys_under, log_records
 
 HOURS = 6
 STEPS = ("compact_after_stage", "compact_after_commit", "mid_publish", "compact_after_publish")
@@ -109,11 +110,8 @@ def test_a_crash_at_any_step_leaves_exact_snapshots_and_the_next_run_finishes(
     upstream, wh = small_files
     before = read_snapshot(wh)
     seen, open_before = view(wh, before), _open_rows(wh)
-    monkeypatch.setenv("KINDEX_FAULT_AT", step)
-    monkeypatch.setenv("KINDEX_FAULT_RAISE", "1")
-    with pytest.raises(InjectedFault):
+    with crash_at(step), pytest.raises(SimulatedCrash):
         compact(wh)
-    monkeypatch.delenv("KINDEX_FAULT_AT")
 
     during = read_snapshot(wh)
     # The snapshot names only whole, published files: before the compaction or after it.
@@ -180,11 +178,8 @@ def test_a_vacuum_crash_leaves_live_files_and_the_next_vacuum_finishes(small_fil
     _, wh = small_files
     compact(wh)
     seen = view(wh, read_snapshot(wh))
-    monkeypatch.setenv("KINDEX_FAULT_AT", "vacuum_mid_delete")
-    monkeypatch.setenv("KINDEX_FAULT_RAISE", "1")
-    with pytest.raises(InjectedFault):
+    with crash_at("vacuum_mid_delete"), pytest.raises(SimulatedCrash):
         vacuum(wh, retention=timedelta(0))
-    monkeypatch.delenv("KINDEX_FAULT_AT")
     assert view(wh, read_snapshot(wh)) == seen
     assert vacuum(wh, retention=timedelta(0)).commit is not None
     snap = read_snapshot(wh)
