@@ -30,21 +30,16 @@ DOCUMENTS = f"documents/{layout.REGRESSIONS}"
 
 def known_states(warehouse: Warehouse) -> dict[str, str]:
     """change_id -> its latest committed state."""
-    latest: dict[str, tuple[int, str]] = {}
-    for record in warehouse.records:
-        for f in record.files:
-            if layout.table_of(f.key) != layout.REGRESSIONS:
-                continue
-            table = warehouse.read_file(record.batch, f.key, ["change_id", "state"])
-            for cid, state in zip(
-                table.column("change_id").to_pylist(),
-                table.column("state").to_pylist(),
-                strict=True,
-            ):
-                seq = record.seq or 0
-                if cid not in latest or seq >= latest[cid][0]:
-                    latest[cid] = (seq, state)
-    return {k: v[1] for k, v in latest.items()}
+    # The live files in commit order (`records` starts at the newest checkpoint, so it may
+    # not hold them all): a later file's state wins.
+    latest: dict[str, str] = {}
+    for f in warehouse.state.tables.get(layout.REGRESSIONS, {}).values():
+        table = warehouse.read_file(f.batch, f.key, ["change_id", "state"])
+        for cid, state in zip(
+            table.column("change_id").to_pylist(), table.column("state").to_pylist(), strict=True
+        ):
+            latest[cid] = state
+    return latest
 
 
 def commit_changes(
