@@ -296,6 +296,40 @@ REPLAY = Command(
 )
 
 
+def run_reprocess(args: argparse.Namespace) -> int:
+    from kindex_etl.catalog import load_catalog
+    from kindex_etl.ingestion.reprocess import reprocess
+
+    cfg = settings()
+    warehouse = args.warehouse or cfg.warehouse
+    checks.existing_store(warehouse, what="warehouse")
+    catalog_dir = args.catalog_dir or cfg.catalog_dir
+    report = reprocess(warehouse, catalog=load_catalog(catalog_dir) if catalog_dir else None)
+    r = report.as_dict()
+    human = (
+        f"catalog {r['catalog_version']}: {r['runs_before']} runs and {r['held_before']} held "
+        f"back before, {r['runs_after']} runs and {r['held_after']} held back after\n"
+        f"moved (an id or digest changed): {r['moved']}, released from quarantine: "
+        f"{r['released']}, newly held back: {r['newly_held']}\n"
+        + (
+            f"commit {r['commit']}: {r['files_retired']} file(s) retired, kept for older "
+            "snapshots until `kindex-etl vacuum`"
+            if r["commit"] is not None
+            else "nothing would change: nothing committed"
+        )
+    )
+    _emit(args, r, human)
+    return 0
+
+
+REPROCESS = Command(
+    "reprocess",
+    "re-derive every run and held-back row with the current catalog, in one commit",
+    _replay_arguments,
+    run_reprocess,
+)
+
+
 def _quarantine_arguments(p: argparse.ArgumentParser) -> None:
     _urls(p, upstream=False)
     _json_flag(p, '{"rows": [...]}')

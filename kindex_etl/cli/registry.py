@@ -22,6 +22,7 @@ SUBCOMMANDS = (
     "kindex_etl.cli.commands:INGEST",
     "kindex_etl.cli.commands:BACKFILL",
     "kindex_etl.cli.commands:REPLAY",
+    "kindex_etl.cli.commands:REPROCESS",
     "kindex_etl.cli.commands:QUARANTINE",
     "kindex_etl.cli.commands:RERUNS",
     "kindex_etl.cli.commands:RERUN",

@@ -216,9 +216,12 @@ def _harvest(work: _Work, descriptors: list[Descriptor]) -> None:
 class Ingestor:
     """State for ingests into one warehouse: descriptor caches, run index."""
 
-    def __init__(self, warehouse: Warehouse, catalog: Catalog) -> None:
+    def __init__(self, warehouse: Warehouse, catalog: Catalog, *, fresh: bool = False) -> None:
+        """`fresh`: build as if the warehouse were empty (no run is a duplicate of a committed
+        one, every descriptor is new): what a reprocess, which replaces everything, needs."""
         self.warehouse = warehouse
         self.catalog = catalog
+        self.fresh = fresh
         self.normalizer = ColumnarNormalizer(catalog)
         self.index = RunIndex()
         self._indexed_seq = -1
@@ -231,7 +234,7 @@ class Ingestor:
         if self._indexed_seq == self.warehouse.head:
             return
         self.index = RunIndex()
-        table = self.warehouse.read_table(layout.RUNS, _INDEX_COLUMNS)
+        table = None if self.fresh else self.warehouse.read_table(layout.RUNS, _INDEX_COLUMNS)
         if table is not None and table.num_rows:
             keys, fps = self.normalizer.keys_of_stored(table)
             self.index.add(keys, fps)
@@ -430,7 +433,7 @@ class Ingestor:
         _harvest(work, self.normalizer.table.descriptors)
         new_docs = work.harvested
         work.digests, descriptor_files = descriptor_tables(
-            workdir, batch, new_docs, self.warehouse.digests()
+            workdir, batch, new_docs, set() if self.fresh else self.warehouse.digests()
         )
         return files + descriptor_files
 

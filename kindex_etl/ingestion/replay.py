@@ -33,15 +33,20 @@ def _read(warehouse: Warehouse, keys: list[str]) -> pa.Table | None:
     return pa.concat_tables(parts) if parts else None
 
 
-def open_quarantine(warehouse_url: str) -> pa.Table:
+def open_quarantine_of(warehouse: Warehouse) -> pa.Table:
     """Every row or file that is held back now (not yet replayed successfully)."""
-    warehouse = open_warehouse(warehouse_url, create=False)
-    warehouse.refresh()
     table = _read(warehouse, _open_files(warehouse))
     return table if table is not None else QUARANTINE_SCHEMA.empty_table()
 
 
-def _sources(rows: pa.Table) -> list[Source]:
+def open_quarantine(warehouse_url: str) -> pa.Table:
+    """Every row or file held back now in the warehouse at `warehouse_url` (creates nothing)."""
+    warehouse = open_warehouse(warehouse_url, create=False)
+    warehouse.refresh()
+    return open_quarantine_of(warehouse)
+
+
+def sources_of(rows: pa.Table) -> list[Source]:
     """One source per (object version, host software) the held-back rows came from."""
     out = []
     groups = rows.group_by(["source_key", "source_etag", "software"]).aggregate([])
@@ -89,7 +94,7 @@ def replay(warehouse_url: str, *, catalog: Catalog | None = None) -> IngestSumma
     rows = table.filter(pc.invert(fixed))
     outcome = commit_sources(
         ingestor,
-        lambda: _sources(rows),
+        lambda: sources_of(rows),
         salt="replay:" + ",".join(files),
         replayed_files=lambda: files,
         carry=carry,

@@ -11,12 +11,27 @@ normalized again and committed as one batch that retires every live file.
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import Any
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kindex_etl.contracts.tables import QUARANTINE_SCHEMA
+from kindex_etl.catalog import Catalog, default_catalog
+from kindex_etl.config import settings
+from kindex_etl.contracts.tables import QUARANTINE_SCHEMA, RUN_SCHEMA
 from kindex_etl.contracts.upstream import TIMESTAMP_FORMAT, UPSTREAM_COLUMNS
+from kindex_etl.errors import PreconditionFailed, StorageError
+from kindex_etl.ingestion.batch import Ingestor
+from kindex_etl.ingestion.commit import COMMIT_ATTEMPTS
+from kindex_etl.ingestion.replay import open_quarantine_of, sources_of
+from kindex_etl.load import layout
+from kindex_etl.load.faults import fault_point
+from kindex_etl.load.record import REPROCESS, CommitRecord
+from kindex_etl.load.warehouse import Warehouse, open_warehouse
 from kindex_etl.normalize.descriptors import metric_units
+from kindex_etl.normalize.quarantine import FILE_LEVEL_REASONS
 
 # Columns of the runs table that rebuild a run's upstream row.
 RAW_RUN_COLUMNS = [
@@ -112,3 +127,153 @@ def software_by_environment(environments: pa.Table | None) -> dict[str, str]:
             strict=True,
         )
     }
+
+
+# -- the command -------------------------------------------------------------------------------
+
+
+@dataclass
+class ReprocessReport:
+    """What a reprocess moved (rows are matched by their upstream identity: key, ETag, line)."""
+
+    warehouse: str
+    catalog_version: str
+    runs_before: int = 0
+    runs_after: int = 0
+    held_before: int = 0
+    held_after: int = 0
+    moved: int = 0  # runs whose external id or any digest changed
+    released: int = 0  # held-back rows that are runs now
+    newly_held: int = 0  # runs that are held back now
+    files_retired: int = 0
+    commit: int | None = None  # None: nothing would change, nothing was committed
+    examples: list[dict[str, str]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_IDENTITY = ["source_key", "source_etag", "source_row"]
+_COMPARED = [
+    "external_id",
+    "protocol_digest",
+    "workload_digest",
+    "environment_digest",
+    "implementation_digest",
+]
+
+
+def _identity(table: pa.Table) -> list[tuple[str, str, int]]:
+    return list(zip(*(table.column(c).to_pylist() for c in _IDENTITY), strict=True))
+
+
+def _read(warehouse: Warehouse, keys: list[str], columns: list[str] | None) -> pa.Table | None:
+    batch_of = warehouse.batch_of()
+    parts = [warehouse.read_file(batch_of[k], k, columns) for k in keys]
+    return pa.concat_tables(parts, promote_options="permissive") if parts else None
+
+
+def _live_runs(warehouse: Warehouse, columns: list[str]) -> pa.Table:
+    """The committed runs' columns that exist in every file (older files lack newer columns)."""
+    batch_of = warehouse.batch_of()
+    parts = []
+    for key in warehouse.files(layout.RUNS):
+        f = warehouse.read_file(batch_of[key], key, None)
+        parts.append(f.select([c for c in columns if c in f.column_names]))
+    if not parts:
+        return pa.table({c: pa.array([], pa.string()) for c in columns})
+    common = set.intersection(*(set(p.column_names) for p in parts))
+    return pa.concat_tables(
+        [p.select([c for c in columns if c in common]) for p in parts],
+        promote_options="permissive",
+    )
+
+
+def reprocess(warehouse_url: str, *, catalog: Catalog | None = None) -> ReprocessReport:
+    """Re-normalize every run and held-back row with `catalog` (default: the current one) and
+    commit the result as one batch that retires every live file; a no-op when nothing moves."""
+    catalog = catalog or default_catalog()
+    warehouse = open_warehouse(warehouse_url, create=False)
+    warehouse.recover(timedelta(seconds=settings().orphan_grace_s))
+    for _attempt in range(COMMIT_ATTEMPTS):
+        warehouse.refresh()
+        report = ReprocessReport(warehouse=warehouse.store.url, catalog_version=catalog.version)
+        wanted = list(
+            dict.fromkeys([*RAW_RUN_COLUMNS, *_COMPARED, SOURCE_KERNEL, "catalog_version"])
+        )
+        runs = _live_runs(warehouse, wanted)
+        envs = _read(warehouse, warehouse.files(layout.ENVIRONMENTS), ["digest", "software"])
+        held = open_quarantine_of(warehouse)
+        fixed = pc.is_in(held.column("reason"), pa.array(sorted(FILE_LEVEL_REASONS)))
+        carry, held_rows = held.filter(fixed), held.filter(pc.invert(fixed))
+        rows = pa.concat_tables([upstream_rows(runs, software_by_environment(envs)), held_rows])
+        report.runs_before, report.held_before = runs.num_rows, held.num_rows
+
+        ingestor = Ingestor(warehouse, catalog, fresh=True)
+        salt = f"reprocess:{catalog.version}"
+        staged = ingestor.process(sources_of(rows), salt=salt, carry=carry)
+        record = staged.record
+        assert record is not None  # a fresh ingestor always has the files of every row
+        new_runs = _read_staged(warehouse, record, layout.RUNS, [*_IDENTITY, *_COMPARED])
+        new_held = _read_staged(warehouse, record, layout.QUARANTINE, [*_IDENTITY, "reason"])
+        _compare(report, runs, held_rows, new_runs, new_held)
+        report.runs_after, report.held_after = new_runs.num_rows, new_held.num_rows
+        stamped = (
+            "catalog_version" in runs.column_names
+            and pc.all(pc.equal(runs.column("catalog_version"), catalog.version)).as_py()
+        )
+        if not report.moved and not report.released and not report.newly_held and stamped:
+            warehouse.drop_staging(record.batch)
+            return report
+        live = sorted(warehouse.state.live())
+        record = record.model_copy(update={"kind": REPROCESS, "retires": live, "rebuild": True})
+        try:
+            report.commit = warehouse.commit(record)
+        except PreconditionFailed:
+            warehouse.discard(record.batch)  # someone committed first: do it again on theirs
+            continue
+        fault_point("reprocess_after_commit")
+        warehouse.publish(record)
+        warehouse.update_snapshot()
+        report.files_retired = len(live)
+        return report
+    raise StorageError(
+        f"gave up reprocessing after {COMMIT_ATTEMPTS} commit conflicts on {warehouse.store.url}"
+    )
+
+
+def _read_staged(
+    warehouse: Warehouse, record: CommitRecord, table: str, columns: list[str]
+) -> pa.Table:
+    parts = [
+        warehouse.read_file(record.batch, f.key, columns)
+        for f in record.files
+        if layout.table_of(f.key) == table
+    ]
+    if not parts:
+        return pa.table({c: pa.array([], RUN_SCHEMA.field(c).type) for c in columns})
+    return pa.concat_tables(parts)
+
+
+def _compare(
+    report: ReprocessReport,
+    runs: pa.Table,
+    held: pa.Table,
+    new_runs: pa.Table,
+    new_held: pa.Table,
+) -> None:
+    before = dict(zip(_identity(runs), zip(*(runs.column(c).to_pylist() for c in _COMPARED),
+                                           strict=True), strict=True))  # fmt: skip
+    after = dict(zip(_identity(new_runs), zip(*(new_runs.column(c).to_pylist() for c in _COMPARED),
+                                              strict=True), strict=True))  # fmt: skip
+    was_held = set(_identity(held))
+    for ident, values in after.items():
+        old = before.get(ident)
+        if old is None:
+            if ident in was_held:
+                report.released += 1
+        elif old != values:
+            report.moved += 1
+            if len(report.examples) < 5:
+                report.examples.append({"from": str(old[0]), "to": str(values[0])})
+    report.newly_held = sum(1 for ident in _identity(new_held) if ident in before)

@@ -56,9 +56,9 @@ class Writer(_Record):
 
 
 # What a record does, for people and for tools reading the log; the state never branches on it.
-INGEST, COMPACT, VACUUM = "ingest", "compact", "vacuum"
+INGEST, COMPACT, VACUUM, REPROCESS = "ingest", "compact", "vacuum", "reprocess"
 # Left out of the log's bytes when at their default, so ingest records read as they always did.
-_OMIT_WHEN_EMPTY = ("kind", "retires", "vacuumed")
+_OMIT_WHEN_EMPTY = ("kind", "retires", "vacuumed", "rebuild")
 
 
 class CommitRecord(_Record):
@@ -75,6 +75,9 @@ class CommitRecord(_Record):
     retires: list[str] = Field(default_factory=list)
     # Retired files whose objects a vacuum deleted: no snapshot from now on can name them.
     vacuumed: list[str] = Field(default_factory=list)
+    # The commit re-derived the whole warehouse (a reprocess, retiring every live file): its
+    # versions and digests are the warehouse's from now on, not added to what was there.
+    rebuild: bool = False
     # Set when the record is committed; None on a record not yet written.
     seq: int | None = None
     committed_at: str | None = Field(default=None, alias="committedAt")
@@ -86,7 +89,7 @@ class CommitRecord(_Record):
 
         data: dict[str, Any] = self.model_dump(by_alias=True, exclude_none=True)
         for name in _OMIT_WHEN_EMPTY:
-            if data.get(name) in ([], INGEST):
+            if data.get(name) in ([], INGEST, False):
                 del data[name]
         return json.dumps(data, indent=1, sort_keys=True).encode()
 

@@ -63,6 +63,9 @@ class WarehouseState:
             )
         for obj in record.objects:
             self.done[obj.key] = obj.etag
+        if record.rebuild:
+            self.versions.clear()
+            self.digests.clear()
         self.versions.update(record.versions)
         self.digests.update(record.digests)
         self.replayed.update(record.replayed_files)

@@ -331,6 +331,11 @@ class Warehouse:
         except (NotFound, KeyError, ValueError):
             return 0
 
+    def drop_staging(self, batch: str) -> None:
+        """Delete the staging of a batch that will not be committed (a no-op reprocess)."""
+        for info in list(self.store.list(f"{layout.STAGING}{batch}/")):
+            self.store.delete(info.key)
+
     def discard(self, batch: str) -> None:
         """Drop the staging of a batch whose commit just lost (PreconditionFailed); refreshes.
 
