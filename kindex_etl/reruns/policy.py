@@ -25,7 +25,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from packaging.version import InvalidVersion, Version
+from kindex_etl.contracts.versions import parse_version
 
 # What may appear in a record key: PEP 440's own alphabet, nothing path-like.
 _SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!-]*$")
@@ -38,26 +38,19 @@ class Decision:
     reason: str
 
 
-def parse(version: str) -> Version | None:
-    try:
-        return Version(version)
-    except (InvalidVersion, TypeError):
-        return None
-
-
 def is_requestable(version: str) -> bool:
     """A version a re-run can be asked for: valid PEP 440, safe as a key, on PyPI's terms."""
-    v = parse(version)
+    v = parse_version(version)
     return v is not None and bool(_SAFE.match(version)) and not v.is_devrelease and not v.local
 
 
 def decide(versions_before: Iterable[str], new_versions: Iterable[str]) -> list[Decision]:
     """One Decision per new version, in the order given (see the module doc for the rule)."""
-    before = [v for v in (parse(x) for x in versions_before) if v is not None]
+    before = [v for v in (parse_version(x) for x in versions_before) if v is not None]
     newest = max(before) if before else None
     out = []
     for version in new_versions:
-        v = parse(version)
+        v = parse_version(version)
         if v is None:
             out.append(Decision(version, False, "not a PEP 440 version"))
         elif newest is None:

@@ -36,12 +36,11 @@ import socket
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from packaging.version import Version
-
+from kindex_etl.contracts.versions import parse_version, version_key
 from kindex_etl.load import layout
 from kindex_etl.load.warehouse import Warehouse, open_warehouse
 from kindex_etl.reruns.launch import EmitEvent, RunDeployment, emit, start, utcnow
-from kindex_etl.reruns.policy import decide, is_requestable, parse
+from kindex_etl.reruns.policy import decide, is_requestable
 from kindex_etl.storage import NotFound, ObjectStore, PreconditionFailed
 
 
@@ -67,8 +66,10 @@ def rerun_deployment_name() -> str:
 
 def baseline_for(versions: Iterable[str], version: str) -> str | None:
     """The release to measure `version` against: the newest older requestable one held."""
-    v = parse(version)
-    older = [(p, x) for x in versions if (p := parse(x)) is not None and v is not None and p < v]
+    v = parse_version(version)
+    if v is None:
+        return None
+    older = [(p, x) for x in versions if (p := parse_version(x)) is not None and p < v]
     older = [(p, x) for p, x in older if is_requestable(x)]
     return max(older)[1] if older else None
 
@@ -141,11 +142,7 @@ def list_reruns(store: ObjectStore) -> list[dict[str, Any]]:
         if isinstance(record, dict):
             out.append(record)
 
-    def order(r: dict[str, Any]) -> tuple[int, Version | str]:
-        v = parse(str(r.get("version", "")))
-        return (0, v) if v is not None else (1, str(r.get("version", "")))
-
-    return sorted(out, key=order)
+    return sorted(out, key=lambda r: version_key(str(r.get("version", ""))))
 
 
 def summary_entry(record: dict[str, Any]) -> dict[str, Any]:
