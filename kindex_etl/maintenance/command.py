@@ -30,28 +30,38 @@ def _run(args: argparse.Namespace, work: Any) -> int:
 def cmd_compact(args: argparse.Namespace) -> int:
     from kindex_etl.maintenance.compaction import compact
 
-    return _run(args, lambda: compact(args.warehouse, target_rows=args.target_rows))
+    return _run(args, lambda: compact(_warehouse(args), target_rows=args.target_rows))
 
 
 def cmd_vacuum(args: argparse.Namespace) -> int:
     from kindex_etl.maintenance.vacuuming import vacuum
 
     retention = None if args.retention_s is None else timedelta(seconds=args.retention_s)
-    return _run(args, lambda: vacuum(args.warehouse, retention=retention))
+    return _run(args, lambda: vacuum(_warehouse(args), retention=retention))
+
+
+_WAREHOUSE_HELP = "directory or s3://bucket[/prefix] (default: $KINDEX_WAREHOUSE, else ./warehouse)"
+_JSON_HELP = "print one JSON object on stdout"
+
+
+def _warehouse(args: argparse.Namespace) -> str:
+    from kindex_etl.config import settings
+
+    return str(args.warehouse or settings().warehouse)
 
 
 def _compact_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--warehouse", required=True)
+    p.add_argument("--warehouse", default=None, help=_WAREHOUSE_HELP)
     p.add_argument("--target-rows", type=int, default=None,
                    help="rows per compacted file at most (KINDEX_COMPACT_TARGET_ROWS)")  # fmt: skip
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
 def _vacuum_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--warehouse", required=True)
+    p.add_argument("--warehouse", default=None, help=_WAREHOUSE_HELP)
     p.add_argument("--retention-s", type=float, default=None,
                    help="keep retired files this long (KINDEX_VACUUM_RETENTION_S)")  # fmt: skip
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help=_JSON_HELP)
 
 
 COMPACT = Command(
