@@ -20,7 +20,7 @@ RANKS = {
     "extract": 3,
     "normalize": 4,
     "load": 5,
-    "ingestion": 6,
+    "ingestion": 6, "maintenance": 6,
     "analysis": 6, "report": 6,
     "reruns": 7,
     "gpu": 8,

@@ -148,7 +148,9 @@ def test_deploy_all_and_run_ingest_through_a_worker(
         container = gpu.base_job_template["job_configuration"]["job_manifest"]["spec"]["template"][
             "spec"
         ]["containers"][0]
-        assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+        # One Job per shard takes the host's GPUs (the flow fans out over them): `gpus`, 8.
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == "{{ gpus }}"
+        assert gpu.base_job_template["variables"]["properties"]["gpus"]["default"] == 8
         for pool in (etl, gpu):
             env_default = pool.base_job_template["variables"]["properties"]["env"]["default"]
             assert env_default == {"KINDEX_WAREHOUSE": str(warehouse)}

@@ -1,4 +1,5 @@
-"""`kindex-etl compact` and `kindex-etl vacuum`: their arguments and what they run."""
+"""`kindex-etl compact` and `kindex-etl vacuum`: their arguments and what they run
+(the work itself is `kindex_etl.maintenance`)."""
 
 from __future__ import annotations
 
