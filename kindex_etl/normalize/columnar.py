@@ -474,7 +474,12 @@ class ColumnarNormalizer:
         )
 
         table_cols: dict[str, Any] = {}
-        codes = pa.array(gid, pa.int32())
+        # A batch's dictionaries hold only the descriptors it uses: with the whole process's
+        # descriptor columns as dictionary, every batch waiting in the release buffers pinned
+        # its own full copy (batches x descriptors, ~5 KB per run on varied data).
+        used, inverse = np.unique(gid, return_inverse=True)
+        codes = pa.array(inverse.reshape(-1), pa.int32())
+        used_take = pa.array(used, pa.int64())
         for f in RUN_SCHEMA:
             if f.name in cols:
                 # Per-descriptor columns stay dictionary-encoded: no per-row copy of strings,
@@ -483,7 +488,7 @@ class ColumnarNormalizer:
                 # Parquet cannot write a null inside a dictionary: such columns (dtype of an
                 # unknown kernel) take the plain path and are encoded by the writer's cast.
                 table_cols[f.name] = (
-                    pa.DictionaryArray.from_arrays(codes, column)
+                    pa.DictionaryArray.from_arrays(codes, column.take(used_take))
                     if pa.types.is_string(column.type) and column.null_count == 0
                     else column.take(take)
                 )

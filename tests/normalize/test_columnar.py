@@ -115,3 +115,21 @@ def test_an_unexpected_error_resolving_a_key_holds_its_rows_back(monkeypatch):
     held = nb.quarantine.to_pylist()
     assert [(h["reason"], h["source_row"]) for h in held] == [("unprocessable_row", 3)]
     assert "KeyError" in held[0]["detail"]
+
+
+def test_a_batch_dictionaries_hold_only_its_own_descriptors():
+    # Buffered batches must not each pin every descriptor resolved so far in the process.
+    normalizer = ColumnarNormalizer(default_catalog())
+    rows = sample_rows()
+    first = normalizer.normalize(
+        _batch(rows), source_key="k", source_etag="e", lines=np.arange(2, len(rows) + 2)
+    )
+    assert len(normalizer.table.descriptors) > 2
+    later = normalizer.normalize(
+        _batch([rows[1], rows[0], rows[1]]), source_key="k", source_etag="e", lines=np.arange(3)
+    )
+    series = later.runs.column("series_id").chunk(0)
+    assert len(series.dictionary) == len(set(series.to_pylist())) <= 2
+    assert series.to_pylist() == first.runs.column("series_id").to_pylist()[1::-1] + [
+        first.runs.column("series_id")[1].as_py()
+    ]
