@@ -50,6 +50,15 @@ class Rejected(KindexError):
         self.reason = reason
         self.detail = detail
 
+    def bare(self) -> Rejected:
+        """The same rejection with no traceback or context, for caches.
+
+        A cached exception that keeps its traceback pins every frame it passed through (their
+        locals: the whole batch being normalized), and re-raising it adds the re-raiser's frames:
+        caches of rejected keys held every batch that met one on data with many of them.
+        """
+        return Rejected(self.reason, self.detail)
+
 
 class HarnessError(KindexError):
     """The liger-kernel harness could not be fetched, verified, unpacked or installed."""

@@ -112,7 +112,7 @@ class DescriptorTable:
                 self.descriptors.append(self.resolver.resolve(key))
                 found = len(self.descriptors) - 1
             except Rejected as rejected:
-                found = rejected
+                found = rejected.bare()
             except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as exc:
                 # Anything else one key trips over is that key's fault, not the run's: its rows
                 # are held back, with the error as the detail so the cause stays visible.

@@ -329,10 +329,10 @@ class Resolver:
                 env = environment_document(self.catalog, gpu_name, software)
                 self._environments[key] = Hashed.of(env.document())
             except Rejected as rejected:
-                self._environments[key] = rejected
+                self._environments[key] = rejected.bare()
         found = self._environments[key]
         if isinstance(found, Rejected):
-            raise found
+            raise found.bare()
         return found
 
     def workload(self, key: DescriptorKey) -> ResolvedWorkload:
@@ -342,10 +342,10 @@ class Resolver:
             try:
                 self._workloads[wkey] = self._new_workload(key)
             except Rejected as rejected:
-                self._workloads[wkey] = rejected
+                self._workloads[wkey] = rejected.bare()
         found = self._workloads[wkey]
         if isinstance(found, Rejected):
-            raise found
+            raise found.bare()
         return found
 
     def _new_workload(self, key: DescriptorKey) -> ResolvedWorkload:

@@ -132,3 +132,27 @@ def test_a_batch_dictionaries_hold_only_its_own_descriptors():
     assert len(series.dictionary) == len(set(series.to_pylist())) <= 2
     earlier = first.runs.column("series_id").to_pylist()
     assert series.to_pylist() == [earlier[1], earlier[0], earlier[1]]
+
+
+def test_cached_rejections_pin_no_frames():
+    # A cached exception keeps the frames it passed through, locals (whole batches) included.
+    normalizer = ColumnarNormalizer(default_catalog())
+    rows = [
+        seed_row(),
+        row(gpu_name="a GPU no catalog places"),
+        row(extra_benchmark_config_str="{"),
+    ]
+    for _ in range(2):
+        out = normalizer.normalize(
+            _batch(rows), source_key="k", source_etag="e", lines=np.arange(2, 5)
+        )
+        assert out.runs.num_rows == 1
+    resolver = normalizer.table.resolver
+    cached = [
+        *normalizer.table._by_key.values(),
+        *resolver._environments.values(),
+        *resolver._workloads.values(),
+    ]
+    rejected = [c for c in cached if isinstance(c, Rejected)]
+    assert {r.reason for r in rejected} >= {"unknown_gpu", "bad_config"}
+    assert all(r.__traceback__ is None and r.__context__ is None for r in rejected)
