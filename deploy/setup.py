@@ -9,7 +9,8 @@
   (--warehouse, else KINDEX_WAREHOUSE): writers of one warehouse queue on it.
 
 The KINDEX_* settings set in this environment (kindex_etl/config.py) become the default `env`
-of both pools, so a flow run finds its upstream and warehouse without editing prefect.yaml.
+of both pools, so a flow run finds its upstream and warehouse without editing prefect.yaml;
+those marked HOST_ONLY there (this machine's local Prefect server) stay here.
 Idempotent: run it again after changing them. `--print-commands` prints the equivalent
 `prefect` CLI commands instead of calling the API. The server is PREFECT_API_URL's.
 """
@@ -34,12 +35,11 @@ GPU_TEMPLATE = HERE / "gpu-base-job-template.json"
 
 
 def kindex_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """The KINDEX_* settings that are set, by environment variable name."""
-    from kindex_etl.config import Settings
+    """The KINDEX_* settings that are set and belong in a pool, by environment variable name."""
+    from kindex_etl.config import pool_setting_names
 
     environ = dict(os.environ if environ is None else environ)
-    names = [f"KINDEX_{field.upper()}" for field in Settings.model_fields]
-    return {name: environ[name] for name in names if environ.get(name)}
+    return {name: environ[name] for name in pool_setting_names() if environ.get(name)}
 
 
 def with_env_default(template: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:

@@ -20,19 +20,33 @@
                              temporary server (slower; nothing outlives the command)
     KINDEX_SERVER_IDLE_S     the local server stops after this many idle seconds (900)
 
-This is the only module that reads them, so `deploy/setup.py` can carry every one of them into
-the work pools. Credentials are never configured here: S3 access uses the standard AWS chain.
+This is the only module that reads them, so `deploy/setup.py` can carry them into the work
+pools: every one but the few marked `HOST_ONLY`, which set up the CLI's local Prefect server on the
+machine a command runs on (a flow run in a pool is given its worker's API URL, and a path under
+this machine's home means nothing there). Credentials are never configured here: S3 access uses
+the standard AWS chain.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated, Final
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PYPI_URL = "https://pypi.org/simple"
+
+
+class _HostOnly:
+    """Marks a setting of this machine alone: `deploy/setup.py` never copies it into a pool."""
+
+    def __repr__(self) -> str:
+        return "HOST_ONLY"
+
+
+HOST_ONLY: Final = _HostOnly()
 
 
 class Settings(BaseSettings):
@@ -52,14 +66,23 @@ class Settings(BaseSettings):
     pypi_url: str = DEFAULT_PYPI_URL
     sdist_cache: str = "~/.cache/kindex-etl/sdists"
     offline: bool = False
-    state_dir: str = Field(default_factory=lambda: str(_default_state_dir()))
-    local_server: bool = True
-    server_idle_s: float = 900.0
+    state_dir: Annotated[str, HOST_ONLY] = Field(default_factory=lambda: str(_default_state_dir()))
+    local_server: Annotated[bool, HOST_ONLY] = True
+    server_idle_s: Annotated[float, HOST_ONLY] = 900.0
 
 
 def _default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "kindex-etl"
+
+
+def pool_setting_names() -> list[str]:
+    """The environment variable of every setting a work pool's flow runs should inherit."""
+    return [
+        f"KINDEX_{name.upper()}"
+        for name, field in Settings.model_fields.items()
+        if HOST_ONLY not in field.metadata
+    ]
 
 
 def settings() -> Settings:

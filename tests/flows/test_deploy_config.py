@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -185,9 +186,16 @@ def test_setup_print_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     from flows.ingest import warehouse_limit_name
 
     setup = load_deploy_module("setup")
+    # Only what this test sets: a developer's or CI's own KINDEX_* must not decide the outcome.
+    for name in [n for n in os.environ if n.startswith("KINDEX_")]:
+        monkeypatch.delenv(name)
     monkeypatch.setenv("KINDEX_WAREHOUSE", "s3://bucket/wh")
     monkeypatch.setenv("KINDEX_UPSTREAM", "s3://bucket/up")
     monkeypatch.setenv("KINDEX_FAULT_AT", "never-copied")  # not a setting
+    # Settings of this machine's local Prefect server (tests/conftest.py sets the first).
+    monkeypatch.setenv("KINDEX_LOCAL_SERVER", "0")
+    monkeypatch.setenv("KINDEX_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("KINDEX_SERVER_IDLE_S", "5")
     env = setup.kindex_env()
     assert env == {"KINDEX_UPSTREAM": "s3://bucket/up", "KINDEX_WAREHOUSE": "s3://bucket/wh"}
     lines = setup.commands(setup.warehouses([]), env, tmp_path)
