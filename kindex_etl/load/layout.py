@@ -28,7 +28,9 @@ QUARANTINE = "quarantine/rows"
 REGRESSIONS = "regressions"
 TABLES = (RUNS, PROTOCOLS, ENVIRONMENTS, WORKLOADS, IMPLEMENTATIONS, QUARANTINE, REGRESSIONS)
 
-# Everything that is not table data lives under CONTROL.
+# Everything that is not table data lives under CONTROL, but the report: rewritten in place by
+# each regressions run, never committed, it is pages for people, not a table.
+REPORTS = "reports/"
 CONTROL = "_kindex/"
 LOG = CONTROL + "log/"
 SNAPSHOT = CONTROL + "snapshot.json"

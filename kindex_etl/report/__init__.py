@@ -19,10 +19,11 @@ import pandas as pd
 from ..analysis.calibration import STEPS, Calibration
 from ..analysis.compare import compare_baseline
 from ..analysis.series import version_order
+from ..load import layout
 from ..storage import ObjectStore
 from .svg import PALETTE, Line, chart
 
-PREFIX = "reports/"
+PREFIX = layout.REPORTS
 MAX_CHARTS = 24
 SCALE = {"speed": (1e3, "µs"), "memory": (1024 * 1024, "MiB")}
 

@@ -302,6 +302,27 @@ def test_concurrent_ingests(new_url: Callable[[str], str], tmp_path: Path) -> No
     _assert_like_single_run(wh, reference, summaries)
 
 
+def test_the_report_after_an_ingest_is_no_data(make_bucket: Callable[[], str]) -> None:
+    """The CLI's ingest flow runs the regressions flow once it committed, and that rewrites the
+    report (`reports/`), which no commit lists. The race below leaves it whenever the CLI wins;
+    here it is left every time: the warehouse is still consistent and the same data as one
+    ingest alone."""
+    from kindex_etl.analysis.run import run_regressions
+
+    upstream = _upstream(f"s3://{make_bucket()}/up", n=3)
+    wh, reference = f"s3://{make_bucket()}/wh", f"s3://{make_bucket()}/ref"
+    ingest(upstream, reference, NO_TRIGGER)
+    ingest(upstream, wh, NO_TRIGGER)
+    assert run_regressions(wh).report == f"{wh}/{layout.REPORTS}index.html"
+    assert f"{layout.REPORTS}index.html" in keys_under(wh, layout.REPORTS)
+    state, ref = assert_consistent(wh), assert_consistent(reference)
+    assert_same_files(state["data"], ref["data"])
+    # Anything else outside the tables is still caught.
+    put_objects(wh, {"reports/notes.txt": b"stray"})
+    with pytest.raises(AssertionError):
+        assert_consistent(wh)
+
+
 @pytest.mark.slow
 def test_cli_ingest_racing_a_direct_writer_on_s3(
     make_bucket: Callable[[], str], tmp_path: Path
