@@ -41,7 +41,18 @@ def read_parquet(store: ObjectStore, keys: list[str], ignore: set[str]) -> pa.Ta
     table = pa.concat_tables(parts, promote_options="permissive")
     table = table.drop_columns([c for c in table.column_names if c in ignore])
     names = sorted(table.column_names)
-    table = table.select(names)
+    # Nested columns (lists, structs) cannot be sorted on: compare them as their JSON text.
+    table = pa.table(
+        {
+            n: pa.array(
+                [json.dumps(v, sort_keys=True, default=str) for v in table[n].to_pylist()],
+                pa.string(),
+            )
+            if pa.types.is_nested(table.schema.field(n).type)
+            else table[n]
+            for n in names
+        }
+    )
     return table.sort_by([(n, "ascending") for n in names]) if table.num_rows else table
 
 
