@@ -38,7 +38,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..storage import ObjectStore, open_store
-from .detect import DETERMINISTIC_METRICS, DetectorSettings, detect
+from .detect import DETERMINISTIC_METRICS, SERIES_META, DetectorSettings, detect
 from .noise import NoiseModel, fit, within_sigma
 from .series import RunSource
 
@@ -200,17 +200,10 @@ def synthetic(
             "provider": np.repeat(provider, r),
         }
     )
-    for col in (
-        "workload_digest",
-        "workload_slug",
-        "x_value",
-        "protocol_digest",
-        "gpu_product",
-        "gpu_form_factor",
-        "gpu_name",
-        "software_class",
-    ):
-        table = table.append_column(col, pa.nulls(table.num_rows, pa.string()))
+    # The rest of a series' metadata (what the detector reports per series) is unknown here.
+    for col in SERIES_META:
+        if col not in table.column_names:
+            table = table.append_column(col, pa.nulls(table.num_rows, pa.string()))
     return Synthetic(table, truth)
 
 

@@ -296,7 +296,7 @@ def detect(
     if not changes:
         return []
     first_runs = pa.array([int(p.release_start[p.series_start[c.series]]) for c in changes])
-    metas = p.table.select(list(_META)).take(first_runs).to_pylist()
+    metas = p.table.select(list(SERIES_META)).take(first_runs).to_pylist()
     cols = _Columns(
         p.table.column("external_id").to_pylist(),
         p.table.column("liger_version").to_pylist(),
@@ -321,7 +321,7 @@ class _Columns:
     vmax: list[int]
 
 
-_META = (
+SERIES_META = (
     "series_key",
     "kernel",
     "operation_mode",
@@ -410,7 +410,7 @@ def _row(
     }
 
 
-POINT_COLUMNS = (*_META, "liger_version", "release_rank")
+POINT_COLUMNS = (*SERIES_META, "liger_version", "release_rank")
 
 
 def release_points(runs: pa.Table, settings: DetectorSettings) -> pa.Table:
