@@ -16,7 +16,7 @@ from prefect.cache_policies import NONE
 
 from flows.artifacts import progress_key
 from flows.common import IO_RETRY_DELAYS, run_ingest, transient
-from kindex_etl.config import settings
+from kindex_etl.config import DEFAULT_OBJECTS_PER_BATCH, settings
 from kindex_etl.extract.select import (
     Selection,
     commit_range,
@@ -24,7 +24,7 @@ from kindex_etl.extract.select import (
     parse_time,
     select,
 )
-from kindex_etl.ingestion import IngestOptions
+from kindex_etl.ingestion.backfill import backfill_options, backfill_result
 from kindex_etl.storage import open_store
 
 __all__ = [
@@ -35,9 +35,6 @@ __all__ = [
     "find_commit",
     "parse_time",
 ]
-
-DEFAULT_OBJECTS_PER_BATCH = 32
-
 
 PROGRESS_KEY = progress_key("backfill")
 
@@ -78,16 +75,8 @@ def backfill_flow(
     selection, entries = selection_task(upstream, filters)
     if entries:
         logger.info("commits %s .. %s: %d folder(s)", entries[0], entries[-1], len(entries))
-    options = IngestOptions(
-        backfill=True,
-        trigger=trigger,
-        prefix=selection.list_prefix,
-        include=selection,
-        dry_run=dry_run,
-        max_objects_per_commit=max(1, objects_per_batch),
+    options = backfill_options(
+        selection, dry_run=dry_run, trigger=trigger, objects_per_batch=objects_per_batch
     )
     summary = run_ingest(upstream, warehouse, options, label="backfill")
-    out = summary.as_dict(objects=True)
-    out["selection"] = selection.describe(entries)
-    out["dry_run"] = dry_run
-    return out
+    return backfill_result(summary, selection, entries, dry_run=dry_run)

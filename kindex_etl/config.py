@@ -37,6 +37,9 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_PYPI_URL = "https://pypi.org/simple"
+# Objects per commit of a backfill (the flow's and the command's default): progress and
+# retries come per batch.
+DEFAULT_OBJECTS_PER_BATCH = 32
 
 
 class _HostOnly:

@@ -8,10 +8,13 @@ Prefect start and a traceback.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kindex_etl.errors import KindexError, StorageError
 from kindex_etl.storage import ObjectStore, open_store
+
+if TYPE_CHECKING:
+    from kindex_etl.extract.select import Selection
 
 
 class CheckFailed(KindexError):
@@ -43,11 +46,14 @@ def existing_store(url: str, *, what: str) -> ObjectStore:
     return store(url, what=what, create=False)
 
 
-def backfill_filters(upstream: ObjectStore, filters: dict[str, Any]) -> None:
-    """Raise UsageError if a filter cannot be met (unknown commit, bad version or time)."""
+def backfill_filters(
+    upstream: ObjectStore, filters: dict[str, Any]
+) -> tuple[Selection, list[str] | None]:
+    """The selection and its commits.txt entries; UsageError if a filter cannot be met
+    (unknown commit, bad version or time)."""
     from kindex_etl.extract.select import select
 
     try:
-        select(upstream, **filters)
+        return select(upstream, **filters)
     except ValueError as exc:
         raise UsageError(str(exc)) from None

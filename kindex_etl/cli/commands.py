@@ -11,11 +11,14 @@ import argparse
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kindex_etl.cli import checks
 from kindex_etl.cli.registry import Command
-from kindex_etl.config import settings
+from kindex_etl.config import DEFAULT_OBJECTS_PER_BATCH, settings
+
+if TYPE_CHECKING:
+    from kindex_etl.ingestion import IngestOptions
 
 # -- shared --------------------------------------------------------------------------------
 
@@ -113,6 +116,25 @@ def _ingest_arguments(p: argparse.ArgumentParser) -> None:
     _json_flag(p, "one JSON summary")
 
 
+def _answered_idle(
+    args: argparse.Namespace, upstream: str, warehouse: str, options: IngestOptions
+) -> bool:
+    """Answer a run with nothing to do without starting Prefect; False if there is work.
+
+    Nothing new upstream and nothing to recover means no commit and no trigger: the flow run
+    would only record that it found nothing, and starting Prefect for that is most of a
+    command's cost (README, "Start-up"). Scheduled runs are flow runs whatever they find.
+    """
+    from kindex_etl.ingestion import idle_summary
+
+    summary = idle_summary(upstream, warehouse, options)
+    if summary is None:
+        return False
+    _say(args, "nothing to do: answered without a flow run")
+    _emit(args, summary.as_dict(), _human_summary(summary.as_dict()))
+    return True
+
+
 def run_ingest(args: argparse.Namespace) -> int:
     from kindex_etl.cli.display import showing
 
@@ -120,6 +142,11 @@ def run_ingest(args: argparse.Namespace) -> int:
     upstream, warehouse = args.upstream or cfg.upstream, args.warehouse or cfg.warehouse
     checks.store(upstream, what="upstream")
     checks.store(warehouse, what="warehouse", create=True)
+    from kindex_etl.ingestion import IngestOptions
+
+    options = IngestOptions(backfill=args.backfill, prefix=args.prefix)
+    if _answered_idle(args, upstream, warehouse, options):
+        return 0
     _start_prefect(args)
     from flows.ingest import ingest_flow
 
@@ -186,7 +213,7 @@ def _backfill_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--objects-per-batch",
         type=int,
-        default=32,
+        default=DEFAULT_OBJECTS_PER_BATCH,
         metavar="N",
         help="objects per commit batch (progress is reported per batch)",
     )
@@ -203,6 +230,8 @@ def _backfill_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_backfill(args: argparse.Namespace) -> int:
     from kindex_etl.cli.display import showing
+    from kindex_etl.ingestion import idle_summary
+    from kindex_etl.ingestion.backfill import backfill_options, backfill_result
 
     cfg = settings()
     upstream, warehouse = args.upstream or cfg.upstream, args.warehouse or cfg.warehouse
@@ -215,12 +244,23 @@ def run_backfill(args: argparse.Namespace) -> int:
         "since": args.since,
         "until": args.until,
     }
-    checks.backfill_filters(checks.store(upstream, what="upstream"), filters)
+    selection, entries = checks.backfill_filters(checks.store(upstream, what="upstream"), filters)
     if not args.dry_run:
         checks.store(warehouse, what="warehouse", create=True)
     elif "://" in warehouse:
         # A dry run creates nothing (a local warehouse may not exist yet); a bucket must answer.
         checks.store(warehouse, what="warehouse")
+    options = backfill_options(
+        selection,
+        dry_run=args.dry_run,
+        trigger=args.trigger,
+        objects_per_batch=args.objects_per_batch,
+    )
+    idle = idle_summary(upstream, warehouse, options)
+    if idle is not None:
+        # A dry run only lists, and an empty selection has nothing to do: no flow run.
+        _emit_backfill(args, backfill_result(idle, selection, entries, dry_run=args.dry_run))
+        return 0
     _start_prefect(args)
     from flows.backfill import backfill_flow
 
@@ -235,6 +275,11 @@ def run_backfill(args: argparse.Namespace) -> int:
             **filters,
         )
         summary = state.result()
+    _emit_backfill(args, summary)
+    return 0
+
+
+def _emit_backfill(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     if args.dry_run:
         objects = summary["objects"]
         lines = [
@@ -251,7 +296,6 @@ def run_backfill(args: argparse.Namespace) -> int:
     else:
         human = _human_summary(summary)
     _emit(args, summary, human)
-    return 0
 
 
 BACKFILL = Command(

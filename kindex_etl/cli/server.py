@@ -200,7 +200,7 @@ class LocalServer:
 
     def _start(self) -> str:
         self.home.mkdir(parents=True, exist_ok=True)
-        self._prefect("server", "stop")  # a stale pid file would refuse the start
+        self._clear_stale_pid()
         port = _free_port()
         url = f"http://127.0.0.1:{port}/api"
         cmd = ["server", "start", "--background", "--host", "127.0.0.1", "--port", str(port)]
@@ -239,6 +239,22 @@ class LocalServer:
         }
         self.info_path.write_text(json.dumps(info) + "\n")
         return url
+
+    def _clear_stale_pid(self) -> None:
+        """`server start --background` refuses to start over a pid file. A file whose process
+        is gone is removed here; only a live one costs a `prefect server stop` (a Python start,
+        seconds: the first command of the day should not pay it for nothing)."""
+        pid_file = self.home / "server.pid"
+        try:
+            pid = int(pid_file.read_text().strip() or 0)
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError):
+            pid = 0
+        if pid > 0 and _alive(pid):
+            self._prefect("server", "stop")
+        else:
+            pid_file.unlink(missing_ok=True)
 
     def _prefect(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

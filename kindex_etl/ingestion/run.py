@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
@@ -121,6 +121,25 @@ def plan(
     )
 
 
+def idle_summary(
+    upstream_url: str, warehouse_url: str, options: IngestOptions
+) -> IngestSummary | None:
+    """The summary of an ingest with nothing to do, found by reading only; None if there is work.
+
+    Nothing to do: no object selected (a backfill) or new (an ingest), and nothing for `recover`
+    to finish. Such a run would commit nothing and trigger nothing, so a command can answer it
+    without starting an orchestrator. A dry run is always answered here: it only lists.
+    """
+    started = time.perf_counter()
+    found = existing_warehouse(warehouse_url)
+    if not options.dry_run and found is not None and not found.settled():
+        return None
+    planned = plan(upstream_url, warehouse_url, replace(options, dry_run=True))
+    if planned.batches and not options.dry_run:
+        return None
+    return finish(upstream_url, warehouse_url, options, planned, [], started=started)
+
+
 def _source(store: ObjectStore, c: Candidate) -> Source:
     return Source(
         key=c.key,
@@ -198,6 +217,7 @@ __all__ = [
     "Plan",
     "Warehouse",
     "finish",
+    "idle_summary",
     "ingest_batch",
     "ingestor_for",
     "plan",

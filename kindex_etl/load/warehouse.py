@@ -359,6 +359,17 @@ class Warehouse:
         for info in list(self.store.list(f"{layout.STAGING}{batch}/")):
             self.store.delete(info.key)
 
+    def settled(self) -> bool:
+        """Nothing for `recover` to finish: no staged file, and the snapshot at the log's head.
+
+        Reads only (a listing and the snapshot), so a command can ask before it decides to start
+        any work at all."""
+        if next(iter(self.store.list(layout.STAGING)), None) is not None:
+            return False
+        if self.store.head(layout.SNAPSHOT) is None:
+            return self.head <= 0
+        return int(json.loads(self.store.get_bytes(layout.SNAPSHOT)).get("seq", 0)) >= self.head
+
     def recover(self, orphan_grace: timedelta) -> dict[str, int]:
         """Finish interrupted publishes; remove staging that no commit will ever claim."""
         self.refresh()

@@ -23,7 +23,8 @@ def _closed_port() -> int:
 
 @pytest.mark.parametrize("where", ["env", "profile"])
 def test_a_configured_api_that_is_down_fails_fast_in_one_line(tmp_path, cli_env, where):
-    (tmp_path / "up").mkdir()
+    # One new object: work that needs the API (a run with nothing to do never asks for it).
+    write_csv(tmp_path / "up" / "benchmarks" / "abc1234-v0.8.0" / "benchmark.csv", [seed_row()])
     url = f"http://127.0.0.1:{_closed_port()}/api"
     env = dict(cli_env)
     if where == "env":
@@ -73,12 +74,13 @@ def test_commands_share_the_warm_local_server(tmp_path, cli_env, warm_server, st
     upstream, warehouse = tmp_path / "up", tmp_path / "wh"
     write_csv(upstream / "benchmarks" / "abc1234-v0.8.0" / "benchmark.csv", [seed_row()])
     pid = json.loads((state_dir / "server.json").read_text())["pid"]
-    for _ in range(2):
+    for sha in ("def5678", "0123abc"):
         done = kindex(
             cli_env, "ingest", "--upstream", str(upstream), "--warehouse", str(warehouse), "--json"
         )
         assert done.returncode == 0, done.stderr
         assert f"Prefect: local server {warm_server}, running" in done.stderr
+        write_csv(upstream / "benchmarks" / f"{sha}-v0.8.0" / "benchmark.csv", [seed_row()])
     assert json.loads(done.stdout)["objects_skipped"] == 1
     assert json.loads((state_dir / "server.json").read_text())["pid"] == pid
     status = json.loads(kindex(cli_env, "server", "status", "--json").stdout)
@@ -143,3 +145,56 @@ def test_the_watcher_stops_an_idle_server_but_not_one_in_use(tmp_path):
         assert not (state / "server.json").exists()
     finally:
         sleeper.kill()
+
+
+def _dead_api_env(cli_env: dict[str, str], tmp_path) -> dict[str, str]:
+    """A configured API that nobody serves, and a state folder of its own: a command that
+    contacts Prefect fails (exit 2), one that starts the local server leaves server.json."""
+    state = tmp_path / "state"
+    return {
+        **cli_env,
+        "PREFECT_API_URL": f"http://127.0.0.1:{_closed_port()}/api",
+        "KINDEX_STATE_DIR": str(state),
+    }
+
+
+def test_a_run_with_nothing_to_do_answers_without_prefect(tmp_path, cli_env):
+    upstream, warehouse = tmp_path / "up", tmp_path / "wh"
+    for sha in ("abc1234", "def5678"):
+        write_csv(upstream / "benchmarks" / f"{sha}-v0.8.0" / "benchmark.csv", [seed_row()])
+    from kindex_etl import IngestOptions, ingest
+
+    ingest(str(upstream), str(warehouse), IngestOptions(trigger=False))  # every object is in now
+    env = _dead_api_env(cli_env, tmp_path)
+    args = ("--upstream", str(upstream), "--warehouse", str(warehouse))
+    done = kindex(env, "ingest", *args, "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["objects_seen"], summary["objects_skipped"], summary["commits"]) == (2, 2, [])
+    assert done.stderr.strip() == "kindex-etl: nothing to do: answered without a flow run"
+    dry = kindex(env, "backfill", "--dry-run", *args, "--json")
+    assert dry.returncode == 0, dry.stderr
+    listed = json.loads(dry.stdout)["objects"]
+    assert [o["status"] for o in listed] == ["would-ingest"] * 2
+    assert not (tmp_path / "state").exists()  # no local server was started either
+    # New work does need Prefect: the dead API is reported, as before.
+    write_csv(upstream / "benchmarks" / "0123abc-v0.8.0" / "benchmark.csv", [seed_row()])
+    busy = kindex(env, "ingest", *args)
+    assert busy.returncode == 2 and "does not answer" in busy.stderr
+
+
+def test_a_warehouse_left_mid_publish_is_work_even_with_nothing_new(tmp_path, cli_env):
+    upstream, warehouse = tmp_path / "up", tmp_path / "wh"
+    write_csv(upstream / "benchmarks" / "abc1234-v0.8.0" / "benchmark.csv", [seed_row()])
+    from kindex_etl import IngestOptions, ingest
+
+    ingest(str(upstream), str(warehouse), IngestOptions(trigger=False))
+    # What a crash between commit and publish leaves: a staged file the recovery must finish.
+    staged = warehouse / "_kindex" / "staging" / "0123456789abcdef" / "part.parquet"
+    staged.parent.mkdir(parents=True)
+    staged.write_bytes(b"")
+    done = kindex(
+        _dead_api_env(cli_env, tmp_path), "ingest",
+        "--upstream", str(upstream), "--warehouse", str(warehouse),
+    )  # fmt: skip
+    assert done.returncode == 2 and "does not answer" in done.stderr
