@@ -40,21 +40,10 @@ from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import CommitRecord, Counts, FileEntry
 from kindex_etl.load.warehouse import Warehouse
 from kindex_etl.load.writers import ParquetTableWriter, RunsWriter, WrittenFile
-from kindex_etl.normalize.columnar import ColumnarNormalizer
+from kindex_etl.normalize.columnar import STORED_KEY_COLUMNS, ColumnarNormalizer
 from kindex_etl.normalize.dedup import RunIndex
 from kindex_etl.normalize.descriptors import Descriptor
 from kindex_etl.normalize.quarantine import held_back_without_row, quarantine_table
-
-# The run-index columns: a committed run's key and value fingerprint are rebuilt from these.
-_INDEX_COLUMNS = [
-    "series_id",
-    "observed_at",
-    "source_p50",
-    "source_p20",
-    "source_p80",
-    "implementation_digest",
-    "workload_digest",
-]
 
 
 @dataclass
@@ -234,11 +223,28 @@ class Ingestor:
         if self._indexed_seq == self.warehouse.head:
             return
         self.index = RunIndex()
-        table = None if self.fresh else self.warehouse.read_table(layout.RUNS, _INDEX_COLUMNS)
-        if table is not None and table.num_rows:
-            keys, fps = self.normalizer.keys_of_stored(table)
-            self.index.add(keys, fps)
+        if not self.fresh:
+            for keys, fps in self._stored_keys():
+                self.index.add(keys, fps)
         self._indexed_seq = self.warehouse.head
+
+    def _stored_keys(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Every committed run's key: the checkpoint's run index and the run files since it,
+        or (no usable index) every run file."""
+        kept = self.warehouse.run_index()
+        if kept is None:
+            table = self.warehouse.read_table(layout.RUNS, STORED_KEY_COLUMNS)
+            if table is not None and table.num_rows:
+                yield self.normalizer.keys_of_stored(table)
+            return
+        index, since = kept
+        if index.num_rows:
+            yield self.normalizer.keys_of_index(index)
+        batch_of = self.warehouse.batch_of()
+        for key in since:
+            table = self.warehouse.read_file(batch_of[key], key, STORED_KEY_COLUMNS)
+            if table.num_rows:
+                yield self.normalizer.keys_of_stored(table)
 
     def committed(self) -> None:
         """The batch just processed is in the log: the run index matches the warehouse again."""

@@ -12,6 +12,8 @@ reports/index.html, reports/<kernel>.html                   the static report (r
 _kindex/log/<seq>.json                                      commit records (the truth)
 _kindex/snapshot.json                                       every published file, by table
 _kindex/checkpoints/<seq>.json                              the log folded up to <seq>
+_kindex/checkpoints/<seq>.runs.parquet                      every run's key at <seq> (writers'
+    start-up: see Warehouse.run_index)
 _kindex/last_checkpoint.json                                the newest checkpoint's seq (a hint)
 _kindex/staging/<batch>/...                                 data not yet committed
 _kindex/reruns/<version>.json                               GPU re-run requests
@@ -68,6 +70,10 @@ def partition_of(key: str) -> str:
 
 def checkpoint_key(seq: int) -> str:
     return f"{CHECKPOINTS}{seq:012d}.json"
+
+
+def run_index_key(seq: int) -> str:
+    return f"{CHECKPOINTS}{seq:012d}.runs.parquet"
 
 
 def log_key(seq: int) -> str:

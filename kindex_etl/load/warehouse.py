@@ -303,6 +303,66 @@ class Warehouse:
                 committed[batch] = CommitRecord(batch=batch, files=files)
         return committed
 
+    def run_index(self) -> tuple[pa.Table, list[str]] | None:
+        """The run index kept beside the base checkpoint, and the live run files it lacks.
+
+        A writer needs every committed run's key (`stored_index` columns) to tell re-delivered
+        rows from new ones. Read from the data that grows with the warehouse; with this, a
+        start-up reads one compact file plus the run files committed since the checkpoint.
+        None: no usable index (no checkpoint, none written beside it, or a rebuild since):
+        read every run file. Files compacted since the checkpoint hold runs the index has:
+        their keys repeat, with the same fingerprints, which the run index takes in its stride.
+        """
+        if self._base is None or any(r.rebuild for r in self.records):
+            return None
+        try:
+            index = pq.read_table(
+                pa.py_buffer(self.store.get_bytes(layout.run_index_key(self._base_seq)))
+            )
+        except (NotFound, pa.ArrowInvalid, OSError):
+            return None
+        live = self.state.tables.get(layout.RUNS, {})
+        since = [
+            f.key
+            for r in self.records
+            for f in r.files
+            if f.key in live and layout.table_of(f.key) == layout.RUNS
+        ]
+        return index, since
+
+    def _write_run_index(self, seq: int) -> None:
+        """Keep every run's key beside the checkpoint at `seq` (a function of the log at `seq`:
+        any writer may write it, and identical content may be written twice)."""
+        from kindex_etl.normalize.columnar import STORED_KEY_COLUMNS, merge_indexes, stored_index
+
+        kept = self.run_index()
+        if kept is None:
+            runs = self.read_table(layout.RUNS, STORED_KEY_COLUMNS)
+            if runs is None:
+                return
+            index = stored_index(runs)
+        else:
+            # The previous index and what was committed since: the cost of a checkpoint does
+            # not grow with the warehouse's history, only with its index's size.
+            base, since = kept
+            batch_of = self.batch_of()
+            index = merge_indexes(
+                [base]
+                + [stored_index(self.read_file(batch_of[k], k, STORED_KEY_COLUMNS)) for k in since]
+            )
+        sink = pa.BufferOutputStream()
+        pq.write_table(index, sink, compression="zstd")
+        self.store.put_bytes(layout.run_index_key(seq), sink.getvalue().to_pybytes())
+
+    def _drop_old_run_indexes(self, keep_from: int) -> None:
+        """Only start-ups read run indexes, and only the newest: older ones are dead weight
+        (one that a start-up is reading right now just sends it back to the run files)."""
+        for info in list(self.store.list(layout.CHECKPOINTS)):
+            name = info.key[len(layout.CHECKPOINTS) :]
+            if name.endswith(".runs.parquet") and int(name.split(".", 1)[0]) < keep_from:
+                with contextlib.suppress(NotFound):
+                    self.store.delete(info.key)
+
     def maybe_checkpoint(self, interval: int | None = None) -> int | None:
         """Write a checkpoint at the head when the last one is `interval` commits behind.
 
@@ -314,15 +374,19 @@ class Warehouse:
 
             interval = settings().checkpoint_interval
         head = self.head
-        if interval <= 0 or head == 0 or head - self._latest_checkpoint() < interval:
+        previous = self._latest_checkpoint()
+        if interval <= 0 or head == 0 or head - previous < interval:
             return None
         state = self.state
         if state.seq != head:  # a gap in what we read: leave the checkpoint to a later writer
             return None
+        # The run index first: a checkpoint is only ever pointed at with its index in place.
+        self._write_run_index(head)
         with contextlib.suppress(PreconditionFailed):
             self.store.put_bytes(layout.checkpoint_key(head), state.to_json(), if_none_match=True)
         fault_point("after_checkpoint")
         self.store.put_bytes(layout.LAST_CHECKPOINT, json.dumps({"seq": head}).encode())
+        self._drop_old_run_indexes(keep_from=previous)
         return head
 
     def _latest_checkpoint(self) -> int:

@@ -188,6 +188,83 @@ def value_fingerprint(
     return out
 
 
+# The run columns a stored run's identity and value fingerprint are computed from.
+STORED_KEY_COLUMNS = [
+    "series_id",
+    "observed_at",
+    "source_p50",
+    "source_p20",
+    "source_p80",
+    "implementation_digest",
+    "workload_digest",
+]
+
+STORED_INDEX_SCHEMA = pa.schema(
+    [
+        ("series_id", pa.dictionary(pa.int32(), pa.string())),
+        ("observed_s", pa.int64()),
+        ("fingerprint", pa.uint64()),
+    ]
+)
+
+
+def stored_index(runs: pa.Table) -> pa.Table:
+    """Each stored run's series, observed second and value fingerprint (STORED_INDEX_SCHEMA).
+
+    Process-independent (unlike run keys, whose series numbers are per process), so it can be
+    kept beside a checkpoint and turned into keys by any process (`keys_of_index`).
+    """
+    seconds = pc.cast(pc.cast(runs.column("observed_at"), pa.timestamp("s", tz="UTC")), pa.int64())
+    idents = (
+        pc.binary_join_element_wise(
+            runs.column("implementation_digest"), runs.column("workload_digest"), "|"
+        )
+        .combine_chunks()
+        .dictionary_encode()
+    )
+    ident_ids = np.asarray(
+        [int(t[7:23], 16) ^ int(t.split("|")[1][7:23], 16) for t in idents.dictionary.to_pylist()],
+        dtype=np.uint64,
+    )
+    ident = ident_ids[idents.indices.to_numpy(zero_copy_only=False)]
+    p50, p20, p80 = (
+        pc.fill_null(runs.column(c), float("nan")).to_numpy()
+        for c in ("source_p50", "source_p20", "source_p80")
+    )
+    return pa.table(
+        [
+            runs.column("series_id").combine_chunks().dictionary_encode(),
+            seconds,
+            pa.array(value_fingerprint(p50, p20, p80, ident), pa.uint64()),
+        ],
+        schema=STORED_INDEX_SCHEMA,
+    )
+
+
+def merge_indexes(parts: list[pa.Table]) -> pa.Table:
+    """One `stored_index` of several, each run once (the first of its key: a run's key repeats
+    only where compaction rewrote it, with the same fingerprint)."""
+    table = pa.concat_tables(
+        [
+            p.cast(pa.schema([("series_id", pa.string()), *list(STORED_INDEX_SCHEMA)[1:]]))
+            for p in parts
+        ]
+    )
+    series = table.column("series_id").combine_chunks().dictionary_encode()
+    codes = series.indices.to_numpy(zero_copy_only=False).astype(np.uint64)
+    keys = (codes << np.uint64(32)) | table.column("observed_s").to_numpy().astype(np.uint64)
+    _, first = np.unique(keys, return_index=True)
+    first.sort()
+    return pa.table(
+        [
+            series.take(pa.array(first)),
+            table.column("observed_s").take(pa.array(first)),
+            table.column("fingerprint").take(pa.array(first)),
+        ],
+        schema=STORED_INDEX_SCHEMA,
+    )
+
+
 def _ident_hash(d: Descriptor) -> int:
     return int(d.implementation_digest[7:23], 16) ^ int(d.workload_digest[7:23], 16)
 
@@ -251,35 +328,20 @@ class ColumnarNormalizer:
 
     def keys_of_stored(self, runs: pa.Table) -> tuple[np.ndarray, np.ndarray]:
         """Run keys and fingerprints of runs already in the warehouse (see RunIndex)."""
-        series = runs.column("series_id").combine_chunks().dictionary_encode()
+        return self.keys_of_index(stored_index(runs))
+
+    def keys_of_index(self, index: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """Run keys and fingerprints from a `stored_index` table (this process's series ids)."""
+        series = index.column("series_id").combine_chunks()
+        if not isinstance(series, pa.DictionaryArray):
+            series = series.dictionary_encode()
         ids = np.asarray(
             [self.series_index(s) for s in series.dictionary.to_pylist()], dtype=np.uint64
         )
         local = ids[series.indices.to_numpy(zero_copy_only=False)]
-        seconds = pc.cast(
-            pc.cast(runs.column("observed_at"), pa.timestamp("s", tz="UTC")), pa.int64()
-        )
-        keys = (local << np.uint64(32)) | seconds.to_numpy().astype(np.uint64)
-        idents = (
-            pc.binary_join_element_wise(
-                runs.column("implementation_digest"), runs.column("workload_digest"), "|"
-            )
-            .combine_chunks()
-            .dictionary_encode()
-        )
-        ident_ids = np.asarray(
-            [
-                int(t[7:23], 16) ^ int(t.split("|")[1][7:23], 16)
-                for t in idents.dictionary.to_pylist()
-            ],
-            dtype=np.uint64,
-        )
-        ident = ident_ids[idents.indices.to_numpy(zero_copy_only=False)]
-        p50, p20, p80 = (
-            pc.fill_null(runs.column(c), float("nan")).to_numpy()
-            for c in ("source_p50", "source_p20", "source_p80")
-        )
-        return keys, value_fingerprint(p50, p20, p80, ident)
+        seconds = index.column("observed_s").to_numpy().astype(np.uint64)
+        keys = (local << np.uint64(32)) | seconds
+        return keys, index.column("fingerprint").to_numpy().astype(np.uint64)
 
     def _descriptor_ids(
         self, batch: pa.RecordBatch, software: str

@@ -5,11 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
+from kindex_etl import IngestOptions, ingest
 from kindex_etl.load import layout
 from kindex_etl.load.faults import SimulatedCrash, crash_at
-from kindex_etl.load.record import CommitRecord
+from kindex_etl.load.record import CommitRecord, FileEntry
 from kindex_etl.load.state import WarehouseState
 from kindex_etl.load.warehouse import Warehouse, open_warehouse
 from kindex_etl.maintenance import compact, vacuum
@@ -55,7 +57,9 @@ def test_a_checkpoint_every_n_commits_and_start_up_reads_only_the_tail(hourly):
     store = open_store(wh)
     assert [i.key for i in store.list(layout.CHECKPOINTS)] == [
         layout.checkpoint_key(3),
+        layout.run_index_key(3),
         layout.checkpoint_key(6),
+        layout.run_index_key(6),
     ]
     counting = _CountingStore(wh)
     warehouse = Warehouse(counting)  # type: ignore[arg-type]
@@ -101,3 +105,89 @@ def test_a_missing_or_stale_pointer_only_costs_reading_more_of_the_log(hourly, m
     fresh.refresh()
     assert fresh.head == 8
     assert fresh.state.to_json() == _folded_from_whole_log(wh).to_json()
+
+
+def _backfill_in_a_new_process(upstream: str, wh: str) -> tuple[int, int]:
+    """(runs written, duplicates) of re-reading every object, as a process started afresh."""
+    from kindex_etl.ingestion import run as run_module
+
+    run_module._ingestor = None  # no run index in memory: it is built from the warehouse
+    summary = ingest(upstream, wh, IngestOptions(backfill=True, trigger=False))
+    return summary.runs_written, summary.duplicate_rows
+
+
+def _runs(wh: str) -> int:
+    warehouse = open_warehouse(wh)
+    warehouse.refresh()
+    table = warehouse.read_table(layout.RUNS, ["series_id"])
+    return table.num_rows if table is not None else 0
+
+
+def _run_files(wh: str, *, until: int) -> list[FileEntry]:
+    return [
+        f
+        for r in _log(wh)
+        if r.seq <= until
+        for f in r.files
+        if f.key.startswith("benchmark_runs/")
+    ]
+
+
+def test_a_writer_starts_from_the_checkpoints_run_index_not_the_old_run_files(hourly):
+    upstream, wh = hourly
+    index = pq.read_table(open_store(wh).local_path(layout.run_index_key(6)))
+    assert index.num_rows == sum(f.rows for f in _run_files(wh, until=6))
+    total = _runs(wh)
+    # The run files of the first six commits are not read at start-up: take them away (kept
+    # aside), and a backfill still knows each of their runs, by key and value fingerprint.
+    store = open_store(wh)
+    aside = {f.key: store.get_bytes(f.key) for f in _run_files(wh, until=6)}
+    for key in aside:
+        store.delete(key)
+    assert _backfill_in_a_new_process(upstream, wh) == (0, total)
+    for key, data in aside.items():
+        store.put_bytes(key, data)
+
+
+def test_without_a_usable_run_index_a_writer_reads_every_run_file(hourly):
+    upstream, wh = hourly
+    total = _runs(wh)
+    open_store(wh).delete(layout.run_index_key(6))
+    assert open_warehouse(wh).run_index() is None
+    assert _backfill_in_a_new_process(upstream, wh) == (0, total)
+
+
+def test_runs_compacted_since_the_checkpoint_are_known_once(hourly, monkeypatch):
+    upstream, wh = hourly
+    monkeypatch.setenv("KINDEX_CHECKPOINT_INTERVAL", "100")  # the index stays the one at 6
+    compact(wh)  # commit 8: every run file replaced by compacted ones
+    warehouse = open_warehouse(wh)
+    warehouse.refresh()
+    kept = warehouse.run_index()
+    compacted = {f.key for f in _run_files(wh, until=8)} - {f.key for f in _run_files(wh, until=7)}
+    # Read besides the index: the compacted files alone (they hold the runs the index has,
+    # and the seventh commit's, whose own file is retired).
+    assert kept is not None and compacted and set(kept[1]) == compacted
+    assert _backfill_in_a_new_process(upstream, wh) == (0, _runs(wh))
+    # The next checkpoint's index is built from this one and the files since: each run once.
+    monkeypatch.setenv("KINDEX_CHECKPOINT_INTERVAL", "3")
+    hourly_upstream(upstream, 8)
+    ingest_hourly(upstream, wh)
+    newest = open_warehouse(wh)
+    newest.refresh()
+    assert newest.records == []  # the head is a checkpoint (the backfill committed too)
+    index = pq.read_table(open_store(wh).local_path(layout.run_index_key(newest.head)))
+    assert index.num_rows == _runs(wh) > 0
+
+
+def test_only_the_two_newest_run_indexes_are_kept(hourly):
+    upstream, wh = hourly
+    hourly_upstream(upstream, 9)
+    ingest_hourly(upstream, wh)  # commits 8 and 9: a checkpoint at 9
+    kept = [i.key for i in open_store(wh).list(layout.CHECKPOINTS) if i.key.endswith(".parquet")]
+    assert kept == [layout.run_index_key(6), layout.run_index_key(9)]
+
+
+def _log(wh: str) -> list[CommitRecord]:
+    store = open_store(wh)
+    return [CommitRecord.from_json(store.get_bytes(i.key)) for i in store.list(layout.LOG)]
