@@ -32,6 +32,7 @@ from kindex_etl.contracts.versions import sort_versions
 from kindex_etl.errors import BadFile, StorageError
 from kindex_etl.extract.read import RowBatch
 from kindex_etl.ingestion import progress
+from kindex_etl.ingestion.fanout import NormalizedObject
 from kindex_etl.ingestion.results import ObjectReport
 from kindex_etl.ingestion.threads import Background, prefetch
 from kindex_etl.load import layout
@@ -40,7 +41,11 @@ from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import CommitRecord, Counts, FileEntry
 from kindex_etl.load.warehouse import Warehouse
 from kindex_etl.load.writers import ParquetTableWriter, RunsWriter, WrittenFile
-from kindex_etl.normalize.columnar import STORED_KEY_COLUMNS, ColumnarNormalizer
+from kindex_etl.normalize.columnar import (
+    STORED_KEY_COLUMNS,
+    ColumnarNormalizer,
+    NormalizedBatch,
+)
 from kindex_etl.normalize.dedup import RunIndex
 from kindex_etl.normalize.descriptors import Descriptor
 from kindex_etl.normalize.quarantine import held_back_without_row, quarantine_table
@@ -58,6 +63,8 @@ class Source:
     replay: bool = False  # held-back rows, not an upstream object version
     # Physical lines of the object: what a file rejected whole counts as read and held back.
     count_lines: Callable[[], int] | None = None
+    # Already read and normalized elsewhere (a fanned-out backfill): absorbed, not read.
+    normalized: NormalizedObject | None = None
 
 
 @dataclass
@@ -343,6 +350,9 @@ class Ingestor:
         )
 
     def _read_source(self, source: Source, report: ObjectReport, work: _Work) -> None:
+        if source.normalized is not None:
+            self._absorb_object(source, source.normalized, report, work)
+            return
         submitted = False
         try:
             for rb in prefetch(source.batches()):
@@ -354,6 +364,31 @@ class Ingestor:
             self._reject(source, report, work, bad)
         except StorageError as exc:
             raise StorageError(f"reading {source.key}: {exc}") from None
+
+    def _absorb_object(
+        self, source: Source, obj: NormalizedObject, report: ObjectReport, work: _Work
+    ) -> None:
+        """An object a worker normalized: the same dedup and writes as one read here."""
+        if obj.rejected is not None:
+            self._reject(source, report, work, BadFile(*obj.rejected))
+            return
+        # Ids so far index this process's descriptors; the object's index its own list.
+        _harvest(work, self.normalizer.table.descriptors)
+        for block in obj.blocks:
+            # Keys are this process's (series numbers are per process): made from the runs.
+            keys, fingerprints = self.normalizer.keys_of_stored(block.runs)
+            nb = NormalizedBatch(
+                runs=block.runs,
+                json_lines=block.json_lines,
+                quarantine=block.quarantine,
+                descriptor_ids=block.descriptor_ids,
+                keys=keys,
+                fingerprints=fingerprints,
+                good=block.good,
+            )
+            rb = RowBatch(block.batch, block.lines, block.malformed, block.offset)
+            self._absorb(source, rb, nb, report, work)
+        _harvest(work, obj.descriptors)
 
     def _reject(self, source: Source, report: ObjectReport, work: _Work, bad: BadFile) -> None:
         """The whole object is held back: each of its lines counts as read and held back."""
@@ -370,9 +405,6 @@ class Ingestor:
         work.background.submit(partial(work.quarantine.write, rejection))
 
     def _one_batch(self, source: Source, rb: RowBatch, report: ObjectReport, work: _Work) -> None:
-        read = rb.batch.num_rows + len(rb.malformed)
-        report.rows += read
-        progress.rows_read(source.key, read, rb.offset)
         nb = self.normalizer.normalize(
             rb.batch,
             source_key=source.key,
@@ -380,6 +412,27 @@ class Ingestor:
             lines=rb.lines,
             software=source.software,
         )
+        self._absorb(source, rb, nb, report, work)
+        if self.normalizer.descriptors_over(DESCRIPTOR_CAP):
+            _harvest(work, self.normalizer.table.descriptors)
+            self.normalizer.reset_descriptors()
+
+    def _absorb(
+        self,
+        source: Source,
+        rb: RowBatch,
+        nb: NormalizedBatch,
+        report: ObjectReport,
+        work: _Work,
+    ) -> None:
+        """Classify a normalized block against the run index, tally it, hand it to the writer.
+
+        `work.descriptor_ids` gathers the indices (into whichever descriptor list `nb` was
+        made against) of the descriptors its kept runs use; the caller harvests them.
+        """
+        read = rb.batch.num_rows + len(rb.malformed)
+        report.rows += read
+        progress.rows_read(source.key, read, rb.offset)
         result = self.index.classify(nb.keys, nb.fingerprints)
         held = [nb.quarantine]
         if result.conflict.any():
@@ -416,9 +469,6 @@ class Ingestor:
         runs = nb.runs.filter(keep)
         lines = nb.json_lines.filter(keep)
         work.descriptor_ids.update(np.unique(nb.descriptor_ids[result.keep]).tolist())
-        if self.normalizer.descriptors_over(DESCRIPTOR_CAP):
-            _harvest(work, self.normalizer.table.descriptors)
-            self.normalizer.reset_descriptors()
         work.versions.update(pc.unique(runs.column("liger_version").cast(pa.string())).to_pylist())
         report.runs += runs.num_rows
         report.duplicates += int(result.duplicate.sum())

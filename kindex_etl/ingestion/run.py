@@ -21,6 +21,7 @@ from kindex_etl.extract.discover import Candidate, discover, pending
 from kindex_etl.extract.read import count_lines, read_batches
 from kindex_etl.ingestion.batch import Ingestor, Source
 from kindex_etl.ingestion.commit import BatchOutcome, commit_sources
+from kindex_etl.ingestion.fanout import NormalizedObject
 from kindex_etl.ingestion.results import IngestSummary, ObjectReport
 from kindex_etl.load.warehouse import Warehouse, existing_warehouse, open_warehouse
 from kindex_etl.storage import ObjectStore, open_store, store_url
@@ -167,6 +168,47 @@ def ingest_batch(
     return commit_sources(ingestor, still_pending)
 
 
+def ingest_normalized_batch(
+    upstream_url: str,
+    warehouse_url: str,
+    options: IngestOptions,
+    batch: list[Candidate],
+    normalized: list[NormalizedObject],
+) -> BatchOutcome:
+    """Commit one batch that workers read and normalized (`fanout.normalize_objects`).
+
+    The same dedup, writes and commit loop as `ingest_batch`, so the warehouse comes out the
+    same. A commit conflict redoes only the classification here: normalizing does not depend
+    on the warehouse, so the workers' output stays valid whoever committed first.
+    """
+    ingestor = ingestor_for(warehouse_url, options.catalog)
+    made = {(n.key, n.etag): n for n in normalized}
+    missing = [c.key for c in batch if (c.key, c.info.etag) not in made]
+    if missing:
+        raise ValueError(f"normalized objects do not match the batch: {missing[:3]}")
+    upstream = open_store(upstream_url)
+
+    def source(c: Candidate) -> Source:
+        obj = made[(c.key, c.info.etag)]
+        return Source(
+            key=c.key,
+            etag=c.info.etag,
+            software=c.software,
+            size=c.info.size,
+            batches=lambda: read_batches(upstream, c.key),
+            count_lines=lambda: obj.lines,
+            normalized=obj,
+        )
+
+    def still_pending() -> list[Source]:
+        if options.backfill:
+            return [source(c) for c in batch]
+        done = ingestor.warehouse.done_objects()
+        return [source(c) for c in batch if done.get(c.key) != c.info.etag]
+
+    return commit_sources(ingestor, still_pending)
+
+
 def finish(
     upstream_url: str,
     warehouse_url: str,
@@ -219,6 +261,7 @@ __all__ = [
     "finish",
     "idle_summary",
     "ingest_batch",
+    "ingest_normalized_batch",
     "ingestor_for",
     "plan",
     "recover",

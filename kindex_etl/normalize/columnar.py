@@ -164,6 +164,17 @@ class NormalizedBatch:
     good: np.ndarray  # per valid row: its index in the input batch
 
 
+def _encoded(column: pa.ChunkedArray) -> pa.DictionaryArray:
+    """One dictionary array for a plain or dictionary-encoded column (chunks unified)."""
+    if pa.types.is_dictionary(column.type):
+        unified = column.unify_dictionaries().combine_chunks()
+        assert isinstance(unified, pa.DictionaryArray)
+        return unified
+    encoded = column.combine_chunks().dictionary_encode()
+    assert isinstance(encoded, pa.DictionaryArray)
+    return encoded
+
+
 def _splitmix(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         z = x + np.uint64(0x9E3779B97F4A7C15)
@@ -215,25 +226,22 @@ def stored_index(runs: pa.Table) -> pa.Table:
     kept beside a checkpoint and turned into keys by any process (`keys_of_index`).
     """
     seconds = pc.cast(pc.cast(runs.column("observed_at"), pa.timestamp("s", tz="UTC")), pa.int64())
-    idents = (
-        pc.binary_join_element_wise(
-            runs.column("implementation_digest"), runs.column("workload_digest"), "|"
+    # The ident of _ident_hash, one column at a time: xor needs no joined string, and the
+    # columns may be dictionary-encoded (runs as normalized, not read back).
+    ident = np.zeros(runs.num_rows, dtype=np.uint64)
+    for name in ("implementation_digest", "workload_digest"):
+        column = _encoded(runs.column(name))
+        hashes = np.asarray(
+            [int(t[7:23], 16) for t in column.dictionary.to_pylist()], dtype=np.uint64
         )
-        .combine_chunks()
-        .dictionary_encode()
-    )
-    ident_ids = np.asarray(
-        [int(t[7:23], 16) ^ int(t.split("|")[1][7:23], 16) for t in idents.dictionary.to_pylist()],
-        dtype=np.uint64,
-    )
-    ident = ident_ids[idents.indices.to_numpy(zero_copy_only=False)]
+        ident ^= hashes[column.indices.to_numpy(zero_copy_only=False)]
     p50, p20, p80 = (
         pc.fill_null(runs.column(c), float("nan")).to_numpy()
         for c in ("source_p50", "source_p20", "source_p80")
     )
     return pa.table(
         [
-            runs.column("series_id").combine_chunks().dictionary_encode(),
+            _encoded(runs.column("series_id")),
             seconds,
             pa.array(value_fingerprint(p50, p20, p80, ident), pa.uint64()),
         ],
@@ -327,7 +335,8 @@ class ColumnarNormalizer:
         return self.series.setdefault(series_id, len(self.series))
 
     def keys_of_stored(self, runs: pa.Table) -> tuple[np.ndarray, np.ndarray]:
-        """Run keys and fingerprints of runs already in the warehouse (see RunIndex)."""
+        """Run keys and fingerprints of runs already in the warehouse, or normalized by another
+        process (whose series numbers differ from ours): see RunIndex."""
         return self.keys_of_index(stored_index(runs))
 
     def keys_of_index(self, index: pa.Table) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,140 @@
+"""The half of a commit batch that may run anywhere: read each object and normalize it.
+
+A backfill fans its commit batches out to workers (Dask processes, other hosts) with
+`normalize_objects`, and the process that commits absorbs the results one batch at a time, in
+plan order (`Ingestor.process` with `Source.normalized`): classifying runs against the
+warehouse's run index, writing, staging and committing stay there. A worker must not dedup:
+two batches normalized from the same warehouse head can hold the same runs (the cumulative
+file repeats every per-commit file's rows), and only the committer sees them in order.
+
+So what a worker returns is pure, a function of the object's bytes and the catalog: retrying
+it, or running it twice, commits nothing. Run keys are not in it: series numbers are interned
+per process (`ColumnarNormalizer.series_index`), so the committer recomputes keys and value
+fingerprints from the runs table with its own normalizer (`keys_of_stored`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from kindex_etl.catalog import Catalog, default_catalog
+from kindex_etl.errors import BadFile, StorageError
+from kindex_etl.extract.discover import Candidate
+from kindex_etl.extract.read import Malformed, count_lines, read_batches
+from kindex_etl.ingestion.threads import prefetch
+from kindex_etl.normalize.columnar import ColumnarNormalizer
+from kindex_etl.normalize.descriptors import Descriptor
+from kindex_etl.storage import ObjectStore, open_store
+
+# Resolved descriptors a worker process keeps between tasks before it starts afresh.
+WORKER_DESCRIPTOR_CAP = 1 << 16
+
+
+@dataclass
+class NormalizedBlock:
+    """One CSV block of an object, normalized; no run key, no dedup."""
+
+    runs: pa.Table  # RUN_WRITE_SCHEMA, one row per valid input row
+    json_lines: pa.StringArray  # one document per run
+    quarantine: pa.Table  # rows the normalizer held back
+    descriptor_ids: np.ndarray  # per run: index into NormalizedObject.descriptors
+    good: np.ndarray  # per run: its row in `batch`
+    # The raw rows and their lines: a run the committer finds conflicting is held back as read.
+    batch: pa.RecordBatch
+    lines: np.ndarray
+    malformed: list[Malformed] = field(default_factory=list)
+    offset: int = 0
+
+
+@dataclass
+class NormalizedObject:
+    """One upstream object as a worker made it: its blocks, or its rejection as a whole."""
+
+    key: str
+    etag: str
+    blocks: list[NormalizedBlock] = field(default_factory=list)
+    # The descriptors its runs use, in the order the worker first resolved them.
+    descriptors: list[Descriptor] = field(default_factory=list)
+    # A bad file: (reason, detail) and its physical lines (BadFile itself does not pickle).
+    rejected: tuple[str, str] | None = None
+    lines: int = 0
+
+    @property
+    def rows(self) -> int:
+        return sum(b.batch.num_rows + len(b.malformed) for b in self.blocks)
+
+
+_normalizer: tuple[str, ColumnarNormalizer] | None = None
+
+
+def _normalizer_for(catalog: Catalog) -> ColumnarNormalizer:
+    """The worker process's normalizer: descriptor caches survive between its tasks.
+
+    Keyed by the catalog's version (which carries a hash of its files): a catalog arrives
+    pickled, a new object per task, and identity would never match.
+    """
+    global _normalizer
+    if (
+        _normalizer is None
+        or _normalizer[0] != catalog.version
+        or _normalizer[1].descriptors_over(WORKER_DESCRIPTOR_CAP)
+    ):
+        _normalizer = (catalog.version, ColumnarNormalizer(catalog))
+    return _normalizer[1]
+
+
+def normalize_object(
+    store: ObjectStore, candidate: Candidate, normalizer: ColumnarNormalizer
+) -> NormalizedObject:
+    """Read and normalize one object; a bad file anywhere in it rejects it whole."""
+    key, etag = candidate.key, candidate.info.etag
+    out = NormalizedObject(key=key, etag=etag)
+    ids: list[np.ndarray] = []
+    try:
+        for rb in prefetch(read_batches(store, key)):
+            nb = normalizer.normalize(
+                rb.batch,
+                source_key=key,
+                source_etag=etag,
+                lines=rb.lines,
+                software=candidate.software,
+            )
+            ids.append(nb.descriptor_ids)
+            out.blocks.append(
+                NormalizedBlock(
+                    runs=nb.runs,
+                    json_lines=nb.json_lines,
+                    quarantine=nb.quarantine,
+                    descriptor_ids=nb.descriptor_ids,
+                    good=nb.good,
+                    batch=rb.batch,
+                    lines=rb.lines,
+                    malformed=rb.malformed,
+                    offset=rb.offset,
+                )
+            )
+    except BadFile as bad:
+        return NormalizedObject(
+            key=key, etag=etag, rejected=(bad.reason, bad.detail), lines=count_lines(store, key)
+        )
+    except StorageError as exc:
+        raise StorageError(f"reading {key}: {exc}") from None
+    # The worker's ids index its own, process-wide table: renumber them into the object's list.
+    used = np.unique(np.concatenate(ids)) if ids else np.empty(0, np.int64)
+    table = normalizer.table.descriptors
+    out.descriptors = [table[i] for i in used.tolist()]
+    for block in out.blocks:
+        block.descriptor_ids = np.searchsorted(used, block.descriptor_ids)
+    return out
+
+
+def normalize_objects(
+    upstream_url: str, batch: list[Candidate], catalog: Catalog | None = None
+) -> list[NormalizedObject]:
+    """A worker's share of one commit batch: every object read and normalized, in order."""
+    store = open_store(upstream_url)
+    normalizer = _normalizer_for(catalog or default_catalog())
+    return [normalize_object(store, c, normalizer) for c in batch]
