@@ -5,6 +5,11 @@ backfill re-reads selected objects even when the warehouse has their current ver
 already there count as duplicates; nothing is written twice). It never triggers GPU re-runs
 unless `trigger=True`. `dry_run=True` lists the objects (key, ETag, size) and changes nothing:
 no warehouse folder is created, nothing is recovered, staged or committed.
+
+Past one machine: run it on prefect-dask's `DaskTaskRunner` (`dask_task_runner`, chosen by
+`KINDEX_DASK_ADDRESS` / `KINDEX_DASK_WORKERS`) and each commit batch's objects are read and
+normalized on Dask workers, `KINDEX_DASK_AHEAD` batches ahead, while this process dedups,
+writes and commits them one at a time in plan order (see `kindex_etl/ingestion/fanout.py`).
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
+from prefect.task_runners import TaskRunner
 
 from flows.artifacts import progress_key
-from flows.common import IO_RETRY_DELAYS, run_ingest, transient
-from kindex_etl.config import DEFAULT_OBJECTS_PER_BATCH, settings
+from flows.common import IO_RETRY_DELAYS, fans_out, run_ingest, transient
+from kindex_etl.config import DEFAULT_OBJECTS_PER_BATCH, Settings, settings
 from kindex_etl.extract.select import (
     Selection,
     commit_range,
@@ -32,6 +38,7 @@ __all__ = [
     "Selection",
     "backfill_flow",
     "commit_range",
+    "dask_task_runner",
     "find_commit",
     "parse_time",
 ]
@@ -78,5 +85,28 @@ def backfill_flow(
     options = backfill_options(
         selection, dry_run=dry_run, trigger=trigger, objects_per_batch=objects_per_batch
     )
-    summary = run_ingest(upstream, warehouse, options, label="backfill")
+    ahead = cfg.dask_ahead if fans_out() else 0
+    if ahead:
+        logger.info("reading and normalizing on Dask, %d batch(es) ahead", ahead)
+    summary = run_ingest(upstream, warehouse, options, label="backfill", fan_out=ahead)
     return backfill_result(summary, selection, entries, dry_run=dry_run)
+
+
+def dask_task_runner(cfg: Settings | None = None) -> TaskRunner[Any] | None:
+    """The Dask task runner the settings ask for, or None (the default: no Dask)."""
+    cfg = cfg or settings()
+    if not cfg.dask_address and not cfg.dask_workers:
+        return None
+    from prefect_dask import DaskTaskRunner
+
+    if cfg.dask_address:
+        return DaskTaskRunner(address=cfg.dask_address)
+    return DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": cfg.dask_workers,
+            "threads_per_worker": 1,  # normalizing holds the GIL part of the time
+            "processes": True,
+            "host": "127.0.0.1",
+            "dashboard_address": "127.0.0.1:0",  # None still binds :8787; ":0" all interfaces
+        }
+    )

@@ -14,20 +14,27 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NONE
 from prefect.concurrency.sync import concurrency
+from prefect.context import FlowRunContext
+from prefect.futures import PrefectFuture
 from prefect.states import State
+from prefect.utilities.annotations import quote
 
 from flows.artifacts import ProgressArtifact, publish_artifacts
 from kindex_etl import ingestion as stage
 from kindex_etl.api import finish_and_trigger
+from kindex_etl.catalog import Catalog, default_catalog
 from kindex_etl.extract.discover import Candidate
 from kindex_etl.ingestion import BatchOutcome, IngestOptions, IngestSummary, Plan, progress
+from kindex_etl.ingestion.fanout import NormalizedObject, normalize_objects
+from kindex_etl.ingestion.run import ingest_normalized_batch
 from kindex_etl.storage import store_url
 
 WAREHOUSE_LIMIT_PREFIX = "kindex-warehouse-"
@@ -97,6 +104,75 @@ def ingest_objects(
     return stage.ingest_batch(upstream, warehouse, options, batch)
 
 
+@task(
+    name="normalize-objects", retries=2, retry_delay_seconds=[5, 30],
+    retry_condition_fn=transient, cache_policy=NONE,
+)  # fmt: skip
+def normalize_task(
+    upstream: str, batch: list[Candidate], catalog: Catalog
+) -> list[NormalizedObject]:
+    """Read and normalize one commit batch, on a worker. Pure: a retry commits nothing."""
+    return normalize_objects(upstream, batch, catalog)
+
+
+@task(
+    name="ingest-objects", retries=2, retry_delay_seconds=[5, 30],
+    retry_condition_fn=transient, cache_policy=NONE,
+)  # fmt: skip
+def commit_normalized(
+    upstream: str,
+    warehouse: str,
+    options: IngestOptions,
+    batch: list[Candidate],
+    normalized: list[NormalizedObject],
+) -> BatchOutcome:
+    """Dedup, write, stage and commit a batch workers normalized; runs in the flow process."""
+    return ingest_normalized_batch(upstream, warehouse, options, batch, normalized)
+
+
+def fans_out() -> bool:
+    """Whether this flow run's task runner is prefect-dask's (tasks go to Dask workers)."""
+    context = FlowRunContext.get()
+    if context is None:
+        return False
+    try:
+        from prefect_dask import DaskTaskRunner
+    except ImportError:  # the `dask` extra is not installed: nothing can be on Dask
+        return False
+    return isinstance(context.task_runner, DaskTaskRunner)
+
+
+def _fanned_out(
+    upstream: str, warehouse: str, options: IngestOptions, planned: Plan, ahead: int
+) -> Iterator[BatchOutcome]:
+    """Normalize batches on the task runner, `ahead` in flight; commit each here, in order.
+
+    Only the normalizing is submitted: the commits are direct task calls, so they run in this
+    process one at a time, in plan order, through the same conditional-write commit loop as a
+    sequential ingest. Results are taken in order, so at most `ahead` + 1 batches of
+    normalized rows are held at once, whatever the plan's length.
+    """
+    catalog = options.catalog or default_catalog()  # the workers use this one, not theirs
+    todo = iter(enumerate(planned.batches, 1))
+    flight: deque[tuple[int, list[Candidate], PrefectFuture[list[NormalizedObject]]]] = deque()
+
+    def submit() -> None:
+        for i, batch in todo:
+            named = normalize_task.with_options(name=f"normalize-objects-{i}")
+            flight.append((i, batch, named.submit(upstream, batch, catalog)))
+            return
+
+    for _ in range(ahead):
+        submit()
+    while flight:
+        i, batch, future = flight.popleft()
+        submit()
+        normalized = future.result()
+        committing = commit_normalized.with_options(name=f"ingest-objects-{i}")
+        # quote: Prefect would otherwise walk every block and descriptor looking for futures.
+        yield committing(upstream, warehouse, options, batch, cast(Any, quote(normalized)))
+
+
 @task(name="finish-and-trigger", cache_policy=NONE)
 def finish(
     upstream: str,
@@ -119,8 +195,12 @@ def run_ingest(
     label: str,
     on_planned: Callable[[Plan], None] | None = None,
     on_batch: Callable[[int, Plan], None] | None = None,
+    fan_out: int = 0,
 ) -> IngestSummary:
     """Recover, plan, ingest each commit batch, finish; publish artifacts. Returns the summary.
+
+    `fan_out` > 0: the batches are read and normalized on the flow's task runner (Dask),
+    that many ahead, and committed here in plan order (`_fanned_out`).
 
     Writing runs hold the warehouse's concurrency slot; a dry run reads only and takes none.
     Progress goes to `kindex_etl.ingestion.progress` (the terminal watches it) and to a progress
@@ -140,10 +220,20 @@ def run_ingest(
         outcomes: list[BatchOutcome] = []
         if not options.dry_run:
             progress.planned(planned)
-            for i, batch in enumerate(planned.batches, 1):
-                named = ingest_objects.with_options(name=f"ingest-objects-{i}")
-                outcomes.append(named(upstream, warehouse, options, batch))
-                progress.batch_done(outcomes[-1], len(batch), sum(c.info.size for c in batch))
+            if fan_out:
+                done: Iterator[BatchOutcome] = _fanned_out(
+                    upstream, warehouse, options, planned, fan_out
+                )
+            else:
+                done = (
+                    ingest_objects.with_options(name=f"ingest-objects-{i}")(
+                        upstream, warehouse, options, batch
+                    )
+                    for i, batch in enumerate(planned.batches, 1)
+                )
+            for i, (batch, outcome) in enumerate(zip(planned.batches, done, strict=True), 1):
+                outcomes.append(outcome)
+                progress.batch_done(outcome, len(batch), sum(c.info.size for c in batch))
                 current = progress.current()
                 if current is not None:
                     logger.info("%s", current.describe())

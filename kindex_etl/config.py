@@ -13,6 +13,13 @@
     KINDEX_PYPI_URL          the package index (Simple API) GPU re-runs fetch sdists from
     KINDEX_SDIST_CACHE       where fetched sdists are kept (sha256-checked before reuse)
     KINDEX_OFFLINE           1: the demo fetches nothing and uses its generated sample
+    KINDEX_DASK_ADDRESS      backfills fan their objects out over this existing Dask cluster
+                             (its scheduler's address, e.g. tcp://10.0.0.5:8786); needs the
+                             `dask` extra. Unset (default): no Dask, objects are read in-process
+    KINDEX_DASK_WORKERS      without an address: N > 0 starts a local Dask cluster of N worker
+                             processes (loopback only) for each backfill; 0 (default): no Dask
+    KINDEX_DASK_AHEAD        commit batches being normalized on Dask ahead of the one being
+                             committed (default 3): more keeps workers busy, each costs memory
     KINDEX_STATE_DIR         the project's state on this machine: the local Prefect server's
                              home and port ($XDG_STATE_HOME/kindex-etl, ~/.local/state/kindex-etl)
     KINDEX_LOCAL_SERVER      1 (default): without a configured PREFECT_API_URL, commands share
@@ -69,6 +76,9 @@ class Settings(BaseSettings):
     pypi_url: str = DEFAULT_PYPI_URL
     sdist_cache: str = "~/.cache/kindex-etl/sdists"
     offline: bool = False
+    dask_address: str | None = None
+    dask_workers: int = Field(default=0, ge=0)
+    dask_ahead: int = Field(default=3, ge=1)
     state_dir: Annotated[str, HOST_ONLY] = Field(default_factory=lambda: str(_default_state_dir()))
     local_server: Annotated[bool, HOST_ONLY] = True
     server_idle_s: Annotated[float, HOST_ONLY] = 900.0

@@ -262,10 +262,12 @@ def run_backfill(args: argparse.Namespace) -> int:
         _emit_backfill(args, backfill_result(idle, selection, entries, dry_run=args.dry_run))
         return 0
     _start_prefect(args)
-    from flows.backfill import backfill_flow
+    from flows.backfill import backfill_flow, dask_task_runner
 
+    runner = dask_task_runner()  # KINDEX_DASK_ADDRESS / _WORKERS: the objects are read on Dask
+    chosen = backfill_flow if runner is None else backfill_flow.with_options(task_runner=runner)
     with showing(args.quiet, args.verbose):
-        state = backfill_flow(
+        state = chosen(
             upstream=upstream,
             warehouse=warehouse,
             dry_run=args.dry_run,

@@ -1,0 +1,120 @@
+"""The backfill fanned out over a real Dask cluster (two worker processes on 127.0.0.1).
+
+Workers read and normalize, the flow process commits: the warehouse must hold what the
+sequential backfill builds on the upstream layout whose cumulative file repeats every
+per-commit file's rows, every object must be committed once, and the same backfill again
+must commit nothing. (The plain functions, without Prefect: tests/ingestion/test_fanout.py.)
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.flows.conftest import Upstream
+from tests.helpers import REPO
+
+_spec = importlib.util.spec_from_file_location(
+    "diff_warehouses", REPO / "scripts" / "diff_warehouses.py"
+)
+assert _spec is not None and _spec.loader is not None
+diff_warehouses = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(diff_warehouses)
+
+COUNTS = ("objects_ingested", "objects_rejected", "rows_read", "runs_written", "duplicate_rows",
+          "quarantined_rows")  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cluster(prefect_harness: None) -> Iterator[Any]:
+    """Started after the harness: its worker processes inherit PREFECT_HOME and offline flags."""
+    from distributed import LocalCluster
+
+    with LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",  # on loopback, any free port
+    ) as c:
+        yield c
+
+
+def _committed_objects(warehouse: Path) -> list[str]:
+    keys: list[str] = []
+    for record in sorted((warehouse / "_kindex" / "log").glob("*.json")):
+        keys += [o["key"] for o in json.loads(record.read_text())["objects"]]
+    return keys
+
+
+def _normalized_here(cluster: Any) -> dict[str, bool]:
+    from distributed import Client
+
+    def has_normalizer() -> bool:
+        from kindex_etl.ingestion import fanout
+
+        return fanout._normalizer is not None
+
+    with Client(cluster) as client:
+        result: dict[str, bool] = client.run(has_normalizer)
+    return result
+
+
+def test_backfill_on_dask_builds_the_sequential_warehouse(
+    cluster: Any, upstream: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from prefect_dask import DaskTaskRunner
+
+    from flows.backfill import backfill_flow
+    from kindex_etl.ingestion import fanout
+
+    up, seq, fan = str(upstream.root), tmp_path / "sequential", tmp_path / "dask"
+    sequential = backfill_flow(upstream=up, warehouse=str(seq), objects_per_batch=2)
+
+    monkeypatch.setattr(fanout, "_normalizer", None)  # nothing normalized in this process
+    on_dask = backfill_flow.with_options(
+        task_runner=DaskTaskRunner(address=cluster.scheduler_address)
+    )
+    fanned = on_dask(upstream=up, warehouse=str(fan), objects_per_batch=2)
+
+    assert diff_warehouses.compare(str(seq), str(fan), set()) == []
+    assert {k: fanned[k] for k in COUNTS} == {k: sequential[k] for k in COUNTS}
+    assert len(fanned["commits"]) == len(sequential["commits"]) > 2
+    # The cumulative file first, then every per-commit file: each in exactly one commit.
+    objects = _committed_objects(fan)
+    assert objects[0] == "benchmark/data/all_benchmark_data.csv"
+    expected = ["benchmark/data/all_benchmark_data.csv"] + [upstream.key(e) for e in upstream.entries]
+    assert sorted(objects) == sorted(expected)
+    assert fanned["duplicate_rows"] == sum(upstream.rows_by_folder.values())
+    # The normalizing ran on the Dask workers, not in the flow process.
+    assert fanout._normalizer is None
+    assert any(_normalized_here(cluster).values())
+
+    again = on_dask(upstream=up, warehouse=str(fan), objects_per_batch=2)
+    assert again["commits"] == [] and again["runs_written"] == 0
+    assert again["duplicate_rows"] == fanned["runs_written"] + fanned["duplicate_rows"]
+    assert _committed_objects(fan) == objects
+
+
+def test_the_settings_choose_the_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect_dask import DaskTaskRunner
+
+    from flows.backfill import dask_task_runner
+    from kindex_etl.config import settings
+
+    monkeypatch.delenv("KINDEX_DASK_ADDRESS", raising=False)
+    monkeypatch.delenv("KINDEX_DASK_WORKERS", raising=False)
+    assert dask_task_runner(settings()) is None  # the default: no Dask
+    monkeypatch.setenv("KINDEX_DASK_WORKERS", "2")
+    local = dask_task_runner(settings())
+    assert isinstance(local, DaskTaskRunner) and local.address is None
+    assert local.cluster_kwargs["n_workers"] == 2
+    assert local.cluster_kwargs["host"] == "127.0.0.1"
+    monkeypatch.setenv("KINDEX_DASK_ADDRESS", "tcp://127.0.0.1:8786")
+    remote = dask_task_runner(settings())
+    assert isinstance(remote, DaskTaskRunner) and remote.address == "tcp://127.0.0.1:8786"
