@@ -374,7 +374,7 @@ class Ingestor:
             return
         # Ids so far index this process's descriptors; the object's index its own list.
         _harvest(work, self.normalizer.table.descriptors)
-        for block in obj.blocks:
+        for block in obj.iter_blocks():
             # Keys are this process's (series numbers are per process): made from the runs.
             keys, fingerprints = self.normalizer.keys_of_stored(block.runs)
             nb = NormalizedBatch(

@@ -15,7 +15,9 @@ fingerprints from the runs table with its own normalizer (`keys_of_stored`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +33,22 @@ from kindex_etl.storage import ObjectStore, open_store
 
 # Resolved descriptors a worker process keeps between tasks before it starts afresh.
 WORKER_DESCRIPTOR_CAP = 1 << 16
+# How a block travels (pickled by Dask) and waits in the committer: Arrow IPC, zstd buffers.
+# Normalized rows are ~8x their CSV (the JSON documents ~4.4x); zstd makes that ~0.6x at a
+# worker cost of ~0.6 s and a committer cost of ~0.2 s per 100k rows (measured, sample data).
+IPC_CODEC = "zstd"
+
+
+def _pack(data: pa.Table | pa.RecordBatch) -> pa.Buffer:
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression=IPC_CODEC)
+    with pa.ipc.new_stream(sink, data.schema, options=options) as writer:
+        writer.write(data)
+    return sink.getvalue()
+
+
+def _unpack(buffer: pa.Buffer) -> pa.Table:
+    return pa.ipc.open_stream(buffer).read_all()
 
 
 @dataclass
@@ -50,12 +68,60 @@ class NormalizedBlock:
 
 
 @dataclass
+class PackedBlock:
+    """A block as it travels and waits: its tables as zstd Arrow IPC, unpacked when absorbed.
+
+    So a committer holding several batches ahead holds them compressed, and decodes one
+    block at a time.
+    """
+
+    tables: dict[str, pa.Buffer]
+    arrays: dict[str, np.ndarray]
+    malformed: list[Malformed]
+    offset: int
+    rows: int
+
+    @classmethod
+    def pack(cls, b: NormalizedBlock) -> PackedBlock:
+        return cls(
+            tables={
+                "runs": _pack(b.runs),
+                "json_lines": _pack(pa.table({"line": b.json_lines})),
+                "quarantine": _pack(b.quarantine),
+                "batch": _pack(b.batch),
+            },
+            arrays={"descriptor_ids": b.descriptor_ids, "good": b.good, "lines": b.lines},
+            malformed=b.malformed,
+            offset=b.offset,
+            rows=b.batch.num_rows,
+        )
+
+    def unpack(self) -> NormalizedBlock:
+        t = {name: _unpack(buffer) for name, buffer in self.tables.items()}
+        lines = t["json_lines"].column(0).combine_chunks()
+        assert isinstance(lines, pa.StringArray)
+        return NormalizedBlock(
+            runs=t["runs"],
+            json_lines=lines,
+            quarantine=t["quarantine"],
+            descriptor_ids=self.arrays["descriptor_ids"],
+            good=self.arrays["good"],
+            batch=t["batch"].combine_chunks().to_batches()[0]
+            if t["batch"].num_rows
+            else pa.RecordBatch.from_pylist([], schema=t["batch"].schema),
+            lines=self.arrays["lines"],
+            malformed=self.malformed,
+            offset=self.offset,
+        )
+
+
+@dataclass
 class NormalizedObject:
     """One upstream object as a worker made it: its blocks, or its rejection as a whole."""
 
     key: str
     etag: str
-    blocks: list[NormalizedBlock] = field(default_factory=list)
+    blocks: list[NormalizedBlock | PackedBlock] = field(default_factory=list)
     # The descriptors its runs use, in the order the worker first resolved them.
     descriptors: list[Descriptor] = field(default_factory=list)
     # A bad file: (reason, detail) and its physical lines (BadFile itself does not pickle).
@@ -64,7 +130,23 @@ class NormalizedObject:
 
     @property
     def rows(self) -> int:
-        return sum(b.batch.num_rows + len(b.malformed) for b in self.blocks)
+        return sum(
+            (b.rows if isinstance(b, PackedBlock) else b.batch.num_rows) + len(b.malformed)
+            for b in self.blocks
+        )
+
+    def iter_blocks(self) -> Iterator[NormalizedBlock]:
+        """The blocks in order, each unpacked only when it is reached."""
+        for b in self.blocks:
+            yield b.unpack() if isinstance(b, PackedBlock) else b
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled (by Dask, to the committer): blocks travel packed and stay so until used.
+        state = dict(self.__dict__)
+        state["blocks"] = [
+            b if isinstance(b, PackedBlock) else PackedBlock.pack(b) for b in self.blocks
+        ]
+        return state
 
 
 _normalizer: tuple[str, ColumnarNormalizer] | None = None
@@ -93,6 +175,7 @@ def normalize_object(
     key, etag = candidate.key, candidate.info.etag
     out = NormalizedObject(key=key, etag=etag)
     ids: list[np.ndarray] = []
+    blocks: list[NormalizedBlock] = []
     try:
         for rb in prefetch(read_batches(store, key)):
             nb = normalizer.normalize(
@@ -103,7 +186,7 @@ def normalize_object(
                 software=candidate.software,
             )
             ids.append(nb.descriptor_ids)
-            out.blocks.append(
+            blocks.append(
                 NormalizedBlock(
                     runs=nb.runs,
                     json_lines=nb.json_lines,
@@ -126,8 +209,9 @@ def normalize_object(
     used = np.unique(np.concatenate(ids)) if ids else np.empty(0, np.int64)
     table = normalizer.table.descriptors
     out.descriptors = [table[i] for i in used.tolist()]
-    for block in out.blocks:
+    for block in blocks:
         block.descriptor_ids = np.searchsorted(used, block.descriptor_ids)
+    out.blocks = list(blocks)
     return out
 
 

@@ -88,7 +88,9 @@ def test_backfill_on_dask_builds_the_sequential_warehouse(
     # The cumulative file first, then every per-commit file: each in exactly one commit.
     objects = _committed_objects(fan)
     assert objects[0] == "benchmark/data/all_benchmark_data.csv"
-    expected = ["benchmark/data/all_benchmark_data.csv"] + [upstream.key(e) for e in upstream.entries]
+    expected = ["benchmark/data/all_benchmark_data.csv"] + [
+        upstream.key(e) for e in upstream.entries
+    ]
     assert sorted(objects) == sorted(expected)
     assert fanned["duplicate_rows"] == sum(upstream.rows_by_folder.values())
     # The normalizing ran on the Dask workers, not in the flow process.

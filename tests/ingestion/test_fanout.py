@@ -162,7 +162,7 @@ def test_worker_output_is_pure_and_keyed_by_the_committer(tmp_path: Path) -> Non
         assert a.rejected is None and a.rows > 0
         assert len(a.blocks) == len(b.blocks)
         assert [d.series_id for d in a.descriptors] == [d.series_id for d in b.descriptors]
-        for x, y in zip(a.blocks, b.blocks, strict=True):
+        for x, y in zip(a.iter_blocks(), b.iter_blocks(), strict=True):
             assert x.runs.equals(y.runs) and x.json_lines.equals(y.json_lines)
             assert np.array_equal(x.descriptor_ids, y.descriptor_ids)
             # Each run's descriptor is the one that made it.
@@ -172,7 +172,7 @@ def test_worker_output_is_pure_and_keyed_by_the_committer(tmp_path: Path) -> Non
     # The committer's keys from a worker's runs equal the keys its own normalize gives.
     committer = ColumnarNormalizer(default_catalog())
     for obj, candidate in zip(first, batch, strict=True):
-        for block, rb in zip(obj.blocks, read_batches(store, candidate.key), strict=True):
+        for block, rb in zip(obj.iter_blocks(), read_batches(store, candidate.key), strict=True):
             own = committer.normalize(
                 rb.batch, source_key=obj.key, source_etag=obj.etag, lines=rb.lines
             )
