@@ -187,7 +187,7 @@ def main() -> None:
         "files": args.files,
         "workers": args.workers,
         "cpus": os.cpu_count(),
-        **{f"{k}_s": v for k, v in med.items()},
+        **{f"{k}_s": round(v, 2) for k, v in med.items()},
     }
     for name in ("dask_local", "dask_cluster"):
         summary[f"speedup_{name}"] = round(med["sequential"] / med[name], 2)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -90,7 +89,11 @@ class PackedBlock:
                 "quarantine": _pack(b.quarantine),
                 "batch": _pack(b.batch),
             },
-            arrays={"descriptor_ids": b.descriptor_ids, "good": b.good, "lines": b.lines},
+            arrays={
+                "descriptor_ids": b.descriptor_ids,
+                "good": b.good,
+                "lines": b.lines,
+            },
             malformed=b.malformed,
             offset=b.offset,
             rows=b.batch.num_rows,
@@ -121,7 +124,8 @@ class NormalizedObject:
 
     key: str
     etag: str
-    blocks: list[NormalizedBlock | PackedBlock] = field(default_factory=list)
+    # Packed as soon as made: a worker holds a batch compressed, not ~8x its CSV.
+    blocks: list[PackedBlock] = field(default_factory=list)
     # The descriptors its runs use, in the order the worker first resolved them.
     descriptors: list[Descriptor] = field(default_factory=list)
     # A bad file: (reason, detail) and its physical lines (BadFile itself does not pickle).
@@ -130,23 +134,12 @@ class NormalizedObject:
 
     @property
     def rows(self) -> int:
-        return sum(
-            (b.rows if isinstance(b, PackedBlock) else b.batch.num_rows) + len(b.malformed)
-            for b in self.blocks
-        )
+        return sum(b.rows + len(b.malformed) for b in self.blocks)
 
     def iter_blocks(self) -> Iterator[NormalizedBlock]:
         """The blocks in order, each unpacked only when it is reached."""
         for b in self.blocks:
-            yield b.unpack() if isinstance(b, PackedBlock) else b
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Pickled (by Dask, to the committer): blocks travel packed and stay so until used.
-        state = dict(self.__dict__)
-        state["blocks"] = [
-            b if isinstance(b, PackedBlock) else PackedBlock.pack(b) for b in self.blocks
-        ]
-        return state
+            yield b.unpack()
 
 
 _normalizer: tuple[str, ColumnarNormalizer] | None = None
@@ -175,7 +168,7 @@ def normalize_object(
     key, etag = candidate.key, candidate.info.etag
     out = NormalizedObject(key=key, etag=etag)
     ids: list[np.ndarray] = []
-    blocks: list[NormalizedBlock] = []
+    blocks: list[PackedBlock] = []
     try:
         for rb in prefetch(read_batches(store, key)):
             nb = normalizer.normalize(
@@ -187,21 +180,26 @@ def normalize_object(
             )
             ids.append(nb.descriptor_ids)
             blocks.append(
-                NormalizedBlock(
-                    runs=nb.runs,
-                    json_lines=nb.json_lines,
-                    quarantine=nb.quarantine,
-                    descriptor_ids=nb.descriptor_ids,
-                    good=nb.good,
-                    batch=rb.batch,
-                    lines=rb.lines,
-                    malformed=rb.malformed,
-                    offset=rb.offset,
+                PackedBlock.pack(
+                    NormalizedBlock(
+                        runs=nb.runs,
+                        json_lines=nb.json_lines,
+                        quarantine=nb.quarantine,
+                        descriptor_ids=nb.descriptor_ids,
+                        good=nb.good,
+                        batch=rb.batch,
+                        lines=rb.lines,
+                        malformed=rb.malformed,
+                        offset=rb.offset,
+                    )
                 )
             )
     except BadFile as bad:
         return NormalizedObject(
-            key=key, etag=etag, rejected=(bad.reason, bad.detail), lines=count_lines(store, key)
+            key=key,
+            etag=etag,
+            rejected=(bad.reason, bad.detail),
+            lines=count_lines(store, key),
         )
     except StorageError as exc:
         raise StorageError(f"reading {key}: {exc}") from None
@@ -210,8 +208,8 @@ def normalize_object(
     table = normalizer.table.descriptors
     out.descriptors = [table[i] for i in used.tolist()]
     for block in blocks:
-        block.descriptor_ids = np.searchsorted(used, block.descriptor_ids)
-    out.blocks = list(blocks)
+        block.arrays["descriptor_ids"] = np.searchsorted(used, block.arrays["descriptor_ids"])
+    out.blocks = blocks
     return out
 
 
