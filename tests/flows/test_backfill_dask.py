@@ -65,6 +65,7 @@ def _normalized_here(cluster: Any) -> dict[str, bool]:
     return result
 
 
+@pytest.mark.slow
 def test_backfill_on_dask_builds_the_sequential_warehouse(
     cluster: Any, upstream: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
