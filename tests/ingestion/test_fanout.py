@@ -179,3 +179,39 @@ def test_worker_output_is_pure_and_keyed_by_the_committer(tmp_path: Path) -> Non
             keys, fps = committer.keys_of_stored(block.runs)
             assert np.array_equal(keys, own.keys)
             assert np.array_equal(fps, own.fingerprints)
+
+
+def test_a_fanned_out_commit_that_loses_a_race_commits_nothing_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kindex_etl.ingestion.batch import Ingestor
+    from kindex_etl.ingestion.commit import commit_sources
+    from kindex_etl.ingestion.run import _source
+    from kindex_etl.load.warehouse import open_warehouse
+
+    up = tmp_path / "upstream"
+    build_upstream(up)
+    wh = tmp_path / "warehouse"
+    batch = plan(str(up), str(wh), BACKFILL).batches[0]
+    normalized = _worker(str(up), batch, shift=5)
+
+    real = Ingestor.process
+    raced: list[int] = []
+
+    def process_then_another_writer_commits(self, sources, **kw):  # type: ignore[no-untyped-def]
+        staged = real(self, sources, **kw)
+        if not raced:  # another backfill commits the same objects while ours stages
+            raced.append(1)
+            other = Ingestor(open_warehouse(str(wh)), default_catalog())
+            store = open_store(str(up))
+            raced.append(commit_sources(other, lambda: [_source(store, c) for c in batch]).commit)
+        return staged
+
+    monkeypatch.setattr(Ingestor, "process", process_then_another_writer_commits)
+    ours = ingest_normalized_batch(str(up), str(wh), BACKFILL, batch, normalized)
+    assert raced[1] is not None  # the other writer committed first
+    assert ours.commit is None  # redone on the new head from the same worker output: nothing new
+    assert sum(r.runs for r in ours.reports) == 0
+    assert sum(r.duplicates for r in ours.reports) == sum(o.rows for o in normalized)
+    objects = [o["key"] for rec in _log(wh) for o in rec["objects"]]  # type: ignore[attr-defined]
+    assert sorted(objects) == sorted(c.key for c in batch)  # each object committed once
