@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -69,7 +70,7 @@ def descriptor_values(d: Descriptor) -> dict[str, Any]:
         "gpu_slug": d.gpu_slug,
         "gpu_architecture": d.environment["spec"]["hardware"]["architecture"],
         "liger_version": k.liger_version,
-        "release_key": release_key(k.liger_version),
+        "release_key": _release_key(k.liger_version),
         "x_name": k.x_name,
         "x_label": k.x_label,
         "x_value": k.x_value,
@@ -91,6 +92,10 @@ def descriptor_values(d: Descriptor) -> dict[str, Any]:
     }
 
 
+# Versions are few and every descriptor of a release asks for the same key.
+_release_key = lru_cache(maxsize=4096)(release_key)
+
+
 @dataclass
 class DescriptorTable:
     """Descriptors resolved so far in this process, as columns that rows index into."""
@@ -99,8 +104,17 @@ class DescriptorTable:
     resolver: Resolver = field(init=False)
     descriptors: list[Descriptor] = field(default_factory=list)
     _by_key: dict[DescriptorKey, int | Rejected] = field(default_factory=dict)
-    _columns: dict[str, pa.Array] = field(default_factory=dict)
-    _size: int = -1
+    # The same keys by the process-wide codes of their column values (`codes_of`): a batch
+    # looks its distinct keys up as a few bytes each, not as tuples of twelve new strings.
+    _by_codes: dict[bytes, int | Rejected] = field(default_factory=dict)
+    _value_codes: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Per-descriptor columns in chunks whose sizes at least double leftwards: appending is
+    # amortized O(log n) copies per descriptor, where one concatenation per batch of every
+    # column made an ingest quadratic in its distinct descriptors.
+    _chunks: list[dict[str, pa.Array]] = field(default_factory=list)
+    _starts: list[int] = field(default_factory=list)
+    _size: int = 0
+    _is_speed: list[bool] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.resolver = Resolver(self.catalog)
@@ -111,6 +125,7 @@ class DescriptorTable:
             try:
                 self.descriptors.append(self.resolver.resolve(key))
                 found = len(self.descriptors) - 1
+                self._is_speed.append(self.descriptors[-1].metric == "speed")
             except Rejected as rejected:
                 found = rejected.bare()
             except (ValueError, TypeError, KeyError, ArithmeticError, RecursionError) as exc:
@@ -120,23 +135,59 @@ class DescriptorTable:
             self._by_key[key] = found
         return found
 
-    def columns(self) -> dict[str, pa.Array]:
-        """Per-descriptor columns, indexed by descriptor id.
+    def codes_of(self, column: str, values: pa.Array) -> np.ndarray:
+        """Process-wide int32 codes of a batch's distinct values of one key column."""
+        known = self._value_codes.setdefault(column, {})
+        return np.fromiter(
+            (known.setdefault(v, len(known)) for v in values.to_pylist()),
+            dtype=np.int32,
+            count=len(values),
+        )
 
-        Only descriptors added since the last call are converted: on data as varied as the
-        real history new descriptors arrive with every batch, and rebuilding every column
-        from all descriptors each time made an ingest quadratic in its distinct descriptors.
-        """
-        if self._size != len(self.descriptors):
-            added = self.descriptors[max(self._size, 0) :]
-            new = _descriptor_columns(added)
-            if self._columns:
-                new = {
-                    name: pa.concat_arrays([self._columns[name], part])
-                    for name, part in new.items()
-                }
-            self._columns, self._size = new, len(self.descriptors)
-        return self._columns
+    def lookup_codes(self, codes: bytes) -> int | Rejected | None:
+        return self._by_codes.get(codes)
+
+    def remember_codes(self, codes: bytes, found: int | Rejected) -> None:
+        self._by_codes[codes] = found
+
+    def is_speed(self) -> np.ndarray:
+        return np.asarray(self._is_speed, dtype=bool)
+
+    def columns_of(self, ids: np.ndarray) -> dict[str, pa.Array]:
+        """Per-descriptor columns of the descriptors `ids` (sorted, distinct), in that order."""
+        self._convert_new()
+        starts = np.asarray(self._starts, dtype=np.int64)
+        chunk_of = np.searchsorted(starts, ids, side="right") - 1
+        bounds = np.searchsorted(chunk_of, np.arange(len(self._chunks) + 1))
+        parts: dict[str, list[pa.Array]] = {}
+        for c, chunk in enumerate(self._chunks):
+            lo, hi = int(bounds[c]), int(bounds[c + 1])
+            if lo == hi:
+                continue
+            local = pa.array(ids[lo:hi] - starts[c], pa.int64())
+            for name, column in chunk.items():
+                parts.setdefault(name, []).append(column.take(local))
+        if not parts:
+            return _descriptor_columns([])
+        return {
+            name: p[0] if len(p) == 1 else pa.concat_arrays(p) for name, p in parts.items()
+        }
+
+    def _convert_new(self) -> None:
+        if self._size == len(self.descriptors):
+            return
+        self._chunks.append(_descriptor_columns(self.descriptors[self._size :]))
+        self._starts.append(self._size)
+        self._size = len(self.descriptors)
+        while len(self._chunks) > 1 and (
+            len(self._chunks[-2]["series_id"]) <= 2 * len(self._chunks[-1]["series_id"])
+        ):
+            right = self._chunks.pop()
+            self._starts.pop()
+            left = self._chunks[-1]
+            self._chunks[-1] = {
+                name: pa.concat_arrays([left[name], right[name]]) for name in left
+            }
 
 
 def _descriptor_columns(descriptors: list[Descriptor]) -> dict[str, pa.Array]:
@@ -358,11 +409,14 @@ class ColumnarNormalizer:
         """Per row: the index of its descriptor, or -1-i for the i-th rejection reason."""
         # Group rows by their key columns through per-column dictionary codes: far cheaper
         # than hashing the joined strings, and keys are rebuilt from one row per group.
+        table = self.table
         combined: np.ndarray | None = None
         size = 1
+        global_codes = []
         for name in KEY_COLUMNS:
             encoded = batch.column(name).dictionary_encode()
             codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            global_codes.append(table.codes_of(name, encoded.dictionary)[codes])
             width = max(len(encoded.dictionary), 1)
             if combined is None:
                 combined, size = codes, width
@@ -374,23 +428,35 @@ class ColumnarNormalizer:
             size *= width
         assert combined is not None
         _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
-        representatives = batch.take(pa.array(first, pa.int64()))
-        values = [representatives.column(name).to_pylist() for name in KEY_COLUMNS]
+        software_code = table.codes_of("software", pa.array([software], pa.string()))
+        group_codes = np.stack(
+            [*(c[first] for c in global_codes), np.repeat(software_code, len(first))], axis=1
+        )
+        group_keys = group_codes.view(np.dtype((np.void, group_codes.shape[1] * 4))).ravel()
+        found_by_group = [table.lookup_codes(k) for k in group_keys.tolist()]
+        missing = [i for i, f in enumerate(found_by_group) if f is None]
+        if missing:
+            representatives = batch.take(pa.array(first[missing], pa.int64()))
+            values = [representatives.column(name).to_pylist() for name in KEY_COLUMNS]
+            for i, parts in zip(missing, zip(*values, strict=True), strict=True):
+                found = table.lookup(DescriptorKey._make((*parts, software)))
+                table.remember_codes(group_keys[i].tobytes(), found)
+                found_by_group[i] = found
         local_ids = np.empty(len(first), dtype=np.int64)
         reasons: list[str] = []
         details: list[str] = []
-        for i, parts in enumerate(zip(*values, strict=True)):
-            found = self.table.lookup(DescriptorKey._make((*parts, software)))
+        for i, found in enumerate(found_by_group):
             if isinstance(found, Rejected):
                 local_ids[i] = -1 - len(reasons)
                 reasons.append(found.reason)
                 details.append(found.detail)
             else:
+                assert found is not None
                 local_ids[i] = found
-                while len(self._series_of) <= found:
-                    d = self.table.descriptors[len(self._series_of)]
-                    self._series_of.append(self.series_index(d.series_id))
-                    self._ident_of.append(_ident_hash(d))
+        while len(self._series_of) < len(table.descriptors):
+            d = table.descriptors[len(self._series_of)]
+            self._series_of.append(self.series_index(d.series_id))
+            self._ident_of.append(_ident_hash(d))
         return local_ids[inverse.reshape(-1)], reasons, details
 
     def normalize(
@@ -479,7 +545,7 @@ class ColumnarNormalizer:
         Checked before the cast: a cast of 1e20 ms to int64 nanoseconds wraps silently.
         Non-finite values stay failed runs (status `failed`), not held back.
         """
-        is_speed = self.table.columns()["is_speed"].to_numpy(zero_copy_only=False)
+        is_speed = self.table.is_speed()
         speed = np.zeros(len(gids), dtype=bool)
         speed[~bad] = is_speed[gids[~bad]]
         scale = np.where(speed, float(NS_PER_MS), float(MIB))
@@ -512,8 +578,13 @@ class ColumnarNormalizer:
         stamps: Timestamps,
         ts_codes: np.ndarray,
     ) -> NormalizedBatch:
-        cols = self.table.columns()
-        take = pa.array(gid, pa.int64())
+        # A batch's dictionaries hold only the descriptors it uses: with the whole process's
+        # descriptor columns as dictionary, every batch waiting in the release buffers pinned
+        # its own full copy (batches x descriptors, ~5 KB per run on varied data).
+        used, inverse = np.unique(gid, return_inverse=True)
+        codes = pa.array(inverse.reshape(-1), pa.int32())
+        cols = self.table.columns_of(used)
+        take = codes
         ts_take = pa.array(ts_codes, pa.int64())
         n = len(good)
         is_speed = cols["is_speed"].take(take)
@@ -545,12 +616,6 @@ class ColumnarNormalizer:
         )
 
         table_cols: dict[str, Any] = {}
-        # A batch's dictionaries hold only the descriptors it uses: with the whole process's
-        # descriptor columns as dictionary, every batch waiting in the release buffers pinned
-        # its own full copy (batches x descriptors, ~5 KB per run on varied data).
-        used, inverse = np.unique(gid, return_inverse=True)
-        codes = pa.array(inverse.reshape(-1), pa.int32())
-        used_take = pa.array(used, pa.int64())
         for f in RUN_SCHEMA:
             if f.name in cols:
                 # Per-descriptor columns stay dictionary-encoded: no per-row copy of strings,
@@ -559,7 +624,7 @@ class ColumnarNormalizer:
                 # Parquet cannot write a null inside a dictionary: such columns (dtype of an
                 # unknown kernel) take the plain path and are encoded by the writer's cast.
                 table_cols[f.name] = (
-                    pa.DictionaryArray.from_arrays(codes, column.take(used_take))
+                    pa.DictionaryArray.from_arrays(codes, column)
                     if pa.types.is_string(column.type) and column.null_count == 0
                     else column.take(take)
                 )

@@ -312,11 +312,25 @@ class Resolver:
         self._environments: dict[tuple[str, str], Hashed | Rejected] = {}
         self._workloads: dict[tuple[str, ...], ResolvedWorkload | Rejected] = {}
         self._implementations: dict[tuple[str, str, str], Hashed] = {}
+        # Pure functions of one field or two, met once per descriptor key: on data as varied
+        # as the real history keys are ~6 % of the rows, so parsing a version or matching the
+        # catalog's rules again for each key was most of resolve()'s time.
+        self._kernel_names: dict[str, str] = {}
+        self._version_problems: dict[str, Rejected | None] = {}
+        self._protocol_keys: dict[tuple[str, str, str, str], tuple[str, str, str]] = {}
+        self._predates: dict[tuple[str, str], bool] = {}
+        self._gpu_slugs: dict[str, str] = {}
+        self._name_heads: dict[tuple[str, ...], str] = {}
+        self._units = metric_units()
 
     def protocol(self, metric: str, mode: str, kernel: str = "", version: str = "") -> Hashed:
-        variant = self.catalog.protocol_variant(kernel, metric, mode, version)
-        key = (metric, mode, variant.id if variant is not None else "")
+        rule = (metric, mode, kernel, version)
+        key = self._protocol_keys.get(rule)
+        if key is None:
+            variant = self.catalog.protocol_variant(kernel, metric, mode, version)
+            key = self._protocol_keys[rule] = (metric, mode, variant.id if variant else "")
         if key not in self._protocols:
+            variant = self.catalog.protocol_variant(kernel, metric, mode, version)
             protocols = self.catalog.protocols or None
             document = protocol_document(metric, mode, variant, protocols).document()
             self._protocols[key] = Hashed.of(document)
@@ -381,10 +395,66 @@ class Resolver:
             self._implementations[key] = Hashed.of(impl.document())
         return self._implementations[key]
 
+    def _name_prefix(self, parts: list[str]) -> str:
+        """slug("liger-" + "-".join(parts)), the slug of the shared parts computed once.
+
+        A slug is the text's alphanumeric runs joined by '-', and '-' ends a run: so on ASCII
+        text the slug of a join is the join of its parts' non-empty slugs. The workload slug
+        (last part) is what differs between keys of one (kernel, pass, provider, GPU).
+        """
+        *shared, last = parts
+        if not (last.isascii() and all(p.isascii() for p in shared)):
+            return slug("-".join(("liger", *parts)))
+        head_key = tuple(shared)
+        head = self._name_heads.get(head_key)
+        if head is None:
+            head = self._name_heads[head_key] = slug("-".join(("liger", *shared)))
+        tail = slug(last)
+        return f"{head}-{tail}" if head and tail else head or tail
+
+    def _check_fields(self, key: DescriptorKey) -> None:
+        """Hold back a key with a missing, unsafe or unknown field; the first problem wins."""
+        for column, value in (
+            ("kernel_name", key.kernel),
+            ("kernel_provider", key.provider),
+            ("metric_name", key.metric),
+            ("x_name", key.x_name),
+            ("x_value", key.x_value),
+            ("gpu_name", key.gpu_name),
+            ("liger_version", key.liger_version),
+        ):
+            if not value.strip():
+                raise Rejected("missing_field", f"{column} is empty")
+        # A kernel name the catalog splits (`dyt_beta=True`) is checked as the kernel it names.
+        kernel = self._kernel_names.get(key.kernel)
+        if kernel is None:
+            kernel = self._kernel_names[key.kernel] = self.catalog.split_kernel(key.kernel)[0]
+        for column, value in (
+            ("kernel_name", kernel),
+            ("kernel_provider", key.provider),
+            ("kernel_operation_mode", key.mode),
+        ):
+            if value and not _IDENTIFIER.match(value):
+                raise Rejected("bad_identifier", f"{column} {value!r} is not a plain identifier")
+        units = self._units
+        if key.metric not in units:
+            raise Rejected(
+                "unknown_metric", f"metric_name {key.metric!r} is not one of {sorted(units)}"
+            )
+        if key.unit != units[key.metric]:
+            raise Rejected(
+                "unknown_metric", f"{key.metric} in {key.unit!r}, expected {units[key.metric]!r}"
+            )
+        version = key.liger_version
+        if version not in self._version_problems:
+            self._version_problems[version] = _version_problem(version)
+        problem = self._version_problems[version]
+        if problem is not None:
+            raise problem.bare()
+
     def resolve(self, key: DescriptorKey) -> Descriptor:
         """Build the descriptor for a key, or raise Rejected with the reason to hold it back."""
-        _check_fields(self.catalog, key)
-        canonical_version(key.liger_version)
+        self._check_fields(key)
         environment = self.environment(key.gpu_name, key.software)
         resolved = self.workload(key)
         kernel_name, workload, workload_slug = resolved.kernel, resolved.hashed, resolved.slug
@@ -392,14 +462,20 @@ class Resolver:
         implementation = self.implementation(key.provider, kernel_name, key.liger_version)
         kernel = self.catalog.kernel(kernel_name)
         mode = key.mode or "unspecified"
-        gpu_slug = slug(key.gpu_name)
+        gpu_slug = self._gpu_slugs.get(key.gpu_name)
+        if gpu_slug is None:
+            gpu_slug = self._gpu_slugs[key.gpu_name] = slug(key.gpu_name)
         series = f"{kernel_name}/{mode}/{key.provider}/{gpu_slug}/{workload_slug}"
         labels = {"liger_version": key.liger_version}
         if kernel is None:
             labels[UNKNOWN_KERNEL_LABEL] = "unknown-kernel"
         elif resolved.variant is None:
             labels[UNKNOWN_KERNEL_LABEL] = "unknown-variant"
-        if self.catalog.predates_benchmark(kernel_name, key.liger_version):
+        predates = self._predates.get((kernel_name, key.liger_version))
+        if predates is None:
+            predates = self.catalog.predates_benchmark(kernel_name, key.liger_version)
+            self._predates[(kernel_name, key.liger_version)] = predates
+        if predates:
             first = self.catalog.first_releases[kernel_name]
             labels[VERSION_LABEL] = f"predates-benchmark-{first}"
         title = f"{kernel.title if kernel else kernel_name} · {key.provider} · {mode}"
@@ -414,7 +490,7 @@ class Resolver:
             key=key,
             metric=key.metric,
             series_id=series,
-            name_prefix=slug("-".join(("liger", *name_parts))),
+            name_prefix=self._name_prefix(name_parts),
             title=title,
             labels=labels,
             benchmark=f"{kernel_name}/{mode}",
@@ -438,42 +514,16 @@ class Resolver:
         )
 
 
-def _check_fields(catalog: Catalog, key: DescriptorKey) -> None:
-    for column, value in (
-        ("kernel_name", key.kernel),
-        ("kernel_provider", key.provider),
-        ("metric_name", key.metric),
-        ("x_name", key.x_name),
-        ("x_value", key.x_value),
-        ("gpu_name", key.gpu_name),
-        ("liger_version", key.liger_version),
-    ):
-        if not value.strip():
-            raise Rejected("missing_field", f"{column} is empty")
-    # A kernel name the catalog splits (`dyt_beta=True`) is checked as the kernel it names.
-    kernel, _ = catalog.split_kernel(key.kernel)
-    for column, value in (
-        ("kernel_name", kernel),
-        ("kernel_provider", key.provider),
-        ("kernel_operation_mode", key.mode),
-    ):
-        if value and not _IDENTIFIER.match(value):
-            raise Rejected("bad_identifier", f"{column} {value!r} is not a plain identifier")
-    units = metric_units()
-    if key.metric not in units:
-        raise Rejected(
-            "unknown_metric", f"metric_name {key.metric!r} is not one of {sorted(units)}"
-        )
-    if key.unit != units[key.metric]:
-        raise Rejected(
-            "unknown_metric", f"{key.metric} in {key.unit!r}, expected {units[key.metric]!r}"
-        )
+def _version_problem(version: str) -> Rejected | None:
+    """Why a liger_version is refused: not PEP 440, or not PEP 440's own spelling of it."""
     try:
-        Version(key.liger_version)
+        Version(version)
+        canonical_version(version)
     except InvalidVersion:
-        raise Rejected(
-            "bad_version", f"liger_version {key.liger_version!r} is not PEP 440"
-        ) from None
+        return Rejected("bad_version", f"liger_version {version!r} is not PEP 440")
+    except Rejected as rejected:
+        return rejected.bare()
+    return None
 
 
 def _first_line(exc: BaseException) -> str:

@@ -9,6 +9,7 @@ equal to the models' own rendering (`normalize/reference.py`).
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,8 +17,19 @@ import pyarrow.compute as pc
 from kindex_etl.normalize.descriptors import Descriptor
 
 
-def _json_str(text: str) -> str:
-    return json.dumps(text, ensure_ascii=False)
+# What json.dumps(text, ensure_ascii=False) returns for a str, without its Python wrapper.
+_json_str = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
+
+@lru_cache(maxsize=4096)
+def _head(title: str, labels: tuple[tuple[str, str], ...]) -> str:
+    # Shared by every descriptor of a (kernel, provider, pass, metric, release): x and config
+    # differ, title and labels do not.
+    text = json.dumps(dict(labels), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    return (
+        '{"apiVersion":"kernelindex.dev/v1alpha1","kind":"BenchmarkRun","metadata":{"labels":'
+        f'{text},"title":{_json_str(title)},"name":"'
+    )
 
 
 def fragments(d: Descriptor) -> tuple[str, str]:
@@ -26,11 +38,7 @@ def fragments(d: Descriptor) -> tuple[str, str]:
     Keys are ordered so that everything a descriptor fixes comes first: a row then needs two
     per-descriptor pieces, and the rest of its document is its own values.
     """
-    labels = json.dumps(d.labels, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    head = (
-        '{"apiVersion":"kernelindex.dev/v1alpha1","kind":"BenchmarkRun","metadata":{"labels":'
-        f'{labels},"title":{_json_str(d.title)},"name":"'
-    )
+    head = _head(d.title, tuple(d.labels.items()))
     series = _json_str(d.series_id)[:-1]  # an open string: the timestamp slug closes it
     middle = (
         f'"}},"spec":{{"environmentDigest":"{d.environment_digest}",'

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kindex_etl.catalog import default_catalog
 from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
@@ -26,6 +28,7 @@ from kindex_etl.normalize.descriptors import (
     Resolver,
 )
 from kindex_etl.normalize.reference import descriptor_key, normalize_row
+from kindex_etl.normalize.slugs import slug
 from tests.helpers import FIXTURES, SAMPLE_CSV, row, seed_row
 
 SDIST_ROWS = FIXTURES / "sdist-rows" / "all_benchmark_data.csv"
@@ -368,3 +371,15 @@ def test_softmax_rows_of_two_script_versions_share_a_workload() -> None:
     assert b.variant == "rows/BT-sweep-helper"
     assert parameters(a) == parameters(b) == {"hidden": 4096, "rows": 2048}
     assert a.workload_digest == b.workload_digest
+
+
+_PART = st.text(alphabet=st.sampled_from("aZ09-_. +/:\u00e9\u03a3"), max_size=6)
+
+
+@given(st.lists(_PART, min_size=1, max_size=6))
+def test_name_prefix_is_the_slug_of_the_joined_parts(parts: list[str]) -> None:
+    # The resolver slugs the shared parts once per (kernel, pass, provider, GPU) and joins.
+    resolver = Resolver(default_catalog())
+    expected = slug("-".join(("liger", *parts)))
+    assert resolver._name_prefix(parts) == expected
+    assert resolver._name_prefix(parts) == expected  # the cached head too
