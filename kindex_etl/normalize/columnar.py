@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -169,9 +169,7 @@ class DescriptorTable:
                 parts.setdefault(name, []).append(column.take(local))
         if not parts:
             return _descriptor_columns([])
-        return {
-            name: p[0] if len(p) == 1 else pa.concat_arrays(p) for name, p in parts.items()
-        }
+        return {name: p[0] if len(p) == 1 else pa.concat_arrays(p) for name, p in parts.items()}
 
     def _convert_new(self) -> None:
         if self._size == len(self.descriptors):
@@ -185,9 +183,7 @@ class DescriptorTable:
             right = self._chunks.pop()
             self._starts.pop()
             left = self._chunks[-1]
-            self._chunks[-1] = {
-                name: pa.concat_arrays([left[name], right[name]]) for name in left
-            }
+            self._chunks[-1] = {name: pa.concat_arrays([left[name], right[name]]) for name in left}
 
 
 def _descriptor_columns(descriptors: list[Descriptor]) -> dict[str, pa.Array]:
@@ -433,15 +429,16 @@ class ColumnarNormalizer:
             [*(c[first] for c in global_codes), np.repeat(software_code, len(first))], axis=1
         )
         group_keys = group_codes.view(np.dtype((np.void, group_codes.shape[1] * 4))).ravel()
-        found_by_group = [table.lookup_codes(k) for k in group_keys.tolist()]
+        rows = cast(list[bytes], group_keys.tolist())
+        found_by_group = [table.lookup_codes(k) for k in rows]
         missing = [i for i, f in enumerate(found_by_group) if f is None]
         if missing:
             representatives = batch.take(pa.array(first[missing], pa.int64()))
             values = [representatives.column(name).to_pylist() for name in KEY_COLUMNS]
             for i, parts in zip(missing, zip(*values, strict=True), strict=True):
-                found = table.lookup(DescriptorKey._make((*parts, software)))
-                table.remember_codes(group_keys[i].tobytes(), found)
-                found_by_group[i] = found
+                resolved = table.lookup(DescriptorKey._make((*parts, software)))
+                table.remember_codes(rows[i], resolved)
+                found_by_group[i] = resolved
         local_ids = np.empty(len(first), dtype=np.int64)
         reasons: list[str] = []
         details: list[str] = []

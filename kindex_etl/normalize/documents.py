@@ -16,9 +16,8 @@ import pyarrow.compute as pc
 
 from kindex_etl.normalize.descriptors import Descriptor
 
-
 # What json.dumps(text, ensure_ascii=False) returns for a str, without its Python wrapper.
-_json_str = json.encoder.encode_basestring  # type: ignore[attr-defined]
+_json_str = json.encoder.encode_basestring
 
 
 @lru_cache(maxsize=4096)

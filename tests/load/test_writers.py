@@ -51,3 +51,26 @@ def test_parquet_writer_writes_nothing_until_a_table_comes(tmp_path: Path) -> No
     writer.write(_runs(["0.8.0"], 7))
     written = writer.close()
     assert written is not None and pq.read_table(written.path).column("n").to_pylist() == [7]
+
+
+def test_batches_with_their_own_dictionaries_stay_dictionary_encoded(tmp_path: Path) -> None:
+    # Each normalized batch carries its own dictionary; Parquet's writer, meeting a second
+    # dictionary in one row group, wrote the rest of the column chunk as plain pages.
+    text = pa.dictionary(pa.int32(), pa.string())
+    schema = pa.schema([("liger_version", text), ("s", text)])
+    writer = RunsWriter(tmp_path, "b1", schema)
+    expected: list[str] = []
+    for start in range(0, 40, 10):
+        words = pa.array([f"series-{i:04d}" for i in range(start, start + 10)])
+        codes = pa.array([i % 10 for i in range(300)], pa.int32())
+        versions = pa.DictionaryArray.from_arrays(pa.array([0] * 300, pa.int32()), ["0.8.0"])
+        table = pa.table([versions, pa.DictionaryArray.from_arrays(codes, words)], schema=schema)
+        writer.write(table, pa.array(["{}\n"] * 300))
+        expected += [f"series-{start + i % 10:04d}" for i in range(300)]
+    files = {f.key: f for f in writer.close()}
+    path = files[layout.runs_key("b1", "0.8.0", 0)].path
+    column = pq.ParquetFile(path).metadata.row_group(0).column(1)
+    assert column.path_in_schema == "s"
+    plain_bytes = sum(4 + len(s) for s in expected)
+    assert column.total_uncompressed_size < plain_bytes / 4
+    assert pq.read_table(path).column("s").to_pylist() == expected
