@@ -8,6 +8,7 @@ and broadcasts the result to its rows.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -35,6 +36,7 @@ from kindex_etl.normalize.slugs import NAME_LIMIT, compact, slug, value_slug
 _IDENTIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 _INT = re.compile(r"^[+-]?\d+$")
 _JSON_SAFE_INT = 2**53
+_HASHED_KEYS = {"apiVersion", "kind", "spec"}  # what `digest` hashes of a document
 
 UNKNOWN_KERNEL_LABEL = "kernelindex.dev/catalog"
 # A liger_version older than the release before the benchmark's first: flagged, not trusted.
@@ -296,6 +298,9 @@ class Hashed:
             canonical = canonical_json(doc)
         except (rfc8785.CanonicalizationError, ValueError, TypeError, RecursionError) as exc:
             raise Rejected(reason, f"not canonicalizable as RFC 8785 JSON: {exc}") from None
+        if doc.keys() == _HASHED_KEYS:
+            # No metadata (workloads, implementations): the digest hashes these same bytes.
+            return cls(doc, canonical.decode(), "sha256:" + hashlib.sha256(canonical).hexdigest())
         return cls(doc=doc, canonical=canonical.decode(), digest=digest(doc))
 
 
@@ -321,6 +326,7 @@ class Resolver:
         self._predates: dict[tuple[str, str], bool] = {}
         self._gpu_slugs: dict[str, str] = {}
         self._name_heads: dict[tuple[str, ...], str] = {}
+        self._name_tails: dict[str, str] = {}
         self._units = metric_units()
 
     def protocol(self, metric: str, mode: str, kernel: str = "", version: str = "") -> Hashed:
@@ -403,14 +409,18 @@ class Resolver:
         (last part) is what differs between keys of one (kernel, pass, provider, GPU).
         """
         *shared, last = parts
-        if not (last.isascii() and all(p.isascii() for p in shared)):
-            return slug("-".join(("liger", *parts)))
         head_key = tuple(shared)
         head = self._name_heads.get(head_key)
         if head is None:
-            head = self._name_heads[head_key] = slug("-".join(("liger", *shared)))
-        tail = slug(last)
-        return f"{head}-{tail}" if head and tail else head or tail
+            ascii_only = all(p.isascii() for p in shared)
+            head = slug("-".join(("liger", *shared))) if ascii_only else ""
+            self._name_heads[head_key] = head
+        tail = self._name_tails.get(last)
+        if tail is None:
+            tail = self._name_tails[last] = slug(last) if last.isascii() else "\0"
+        if not head or tail == "\0":  # non-ASCII: lower() may not map it one to one
+            return slug("-".join(("liger", *parts)))
+        return f"{head}-{tail}" if tail else head
 
     def _check_fields(self, key: DescriptorKey) -> None:
         """Hold back a key with a missing, unsafe or unknown field; the first problem wins."""

@@ -74,3 +74,27 @@ def test_batches_with_their_own_dictionaries_stay_dictionary_encoded(tmp_path: P
     plain_bytes = sum(4 + len(s) for s in expected)
     assert column.total_uncompressed_size < plain_bytes / 4
     assert pq.read_table(path).column("s").to_pylist() == expected
+
+
+def test_only_the_columns_written_as_dictionaries_get_dictionary_pages(tmp_path: Path) -> None:
+    # Per-row distinct text (names, external ids): a dictionary would be built and dropped.
+    schema = pa.schema([("s", pa.dictionary(pa.int32(), pa.string())), ("t", pa.string())])
+    writer = ParquetTableWriter(tmp_path, "t.parquet", schema)
+    codes = pa.array([i % 3 for i in range(600)], pa.int32())
+    writer.write(
+        pa.table(
+            [
+                pa.DictionaryArray.from_arrays(codes, ["a", "b", "c"]),
+                pa.array([f"row-{i % 5}" for i in range(600)]),
+            ],
+            schema=schema,
+        )
+    )
+    written = writer.close()
+    assert written is not None
+    group = pq.ParquetFile(written.path).metadata.row_group(0)
+    assert "RLE_DICTIONARY" in group.column(0).encodings
+    assert "RLE_DICTIONARY" not in group.column(1).encodings
+    assert pq.read_table(written.path).column("t").to_pylist()[:6] == [
+        "row-0", "row-1", "row-2", "row-3", "row-4", "row-0",
+    ]  # fmt: skip
