@@ -111,7 +111,7 @@ class DescriptorTable:
     # Per-descriptor columns in chunks whose sizes at least double leftwards: appending is
     # amortized O(log n) copies per descriptor, where one concatenation per batch of every
     # column made an ingest quadratic in its distinct descriptors.
-    _chunks: list[dict[str, pa.Array]] = field(default_factory=list)
+    _chunks: list[pa.RecordBatch] = field(default_factory=list)
     _starts: list[int] = field(default_factory=list)
     _size: int = 0
     _is_speed: list[bool] = field(default_factory=list)
@@ -156,34 +156,36 @@ class DescriptorTable:
     def columns_of(self, ids: np.ndarray) -> dict[str, pa.Array]:
         """Per-descriptor columns of the descriptors `ids` (sorted, distinct), in that order."""
         self._convert_new()
+        if not self._chunks or not len(ids):
+            return _descriptor_columns([])
         starts = np.asarray(self._starts, dtype=np.int64)
         chunk_of = np.searchsorted(starts, ids, side="right") - 1
         bounds = np.searchsorted(chunk_of, np.arange(len(self._chunks) + 1))
-        parts: dict[str, list[pa.Array]] = {}
-        for c, chunk in enumerate(self._chunks):
-            lo, hi = int(bounds[c]), int(bounds[c + 1])
-            if lo == hi:
-                continue
-            local = pa.array(ids[lo:hi] - starts[c], pa.int64())
-            for name, column in chunk.items():
-                parts.setdefault(name, []).append(column.take(local))
-        if not parts:
-            return _descriptor_columns([])
-        return {name: p[0] if len(p) == 1 else pa.concat_arrays(p) for name, p in parts.items()}
+        parts = [
+            chunk.take(pa.array(ids[lo:hi] - starts[c], pa.int64()))
+            for c, (chunk, lo, hi) in enumerate(
+                zip(self._chunks, bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+            )
+            if lo < hi
+        ]
+        # One batch (one take per chunk, all columns at once); its arrays are fresh copies,
+        # so the batch's dictionaries built from them pin no chunk.
+        taken = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+        return dict(zip(taken.schema.names, taken.columns, strict=True))
 
     def _convert_new(self) -> None:
         if self._size == len(self.descriptors):
             return
-        self._chunks.append(_descriptor_columns(self.descriptors[self._size :]))
+        added = _descriptor_columns(self.descriptors[self._size :])
+        self._chunks.append(pa.RecordBatch.from_pydict(added))
         self._starts.append(self._size)
         self._size = len(self.descriptors)
         while len(self._chunks) > 1 and (
-            len(self._chunks[-2]["series_id"]) <= 2 * len(self._chunks[-1]["series_id"])
+            self._chunks[-2].num_rows <= 2 * self._chunks[-1].num_rows
         ):
             right = self._chunks.pop()
             self._starts.pop()
-            left = self._chunks[-1]
-            self._chunks[-1] = {name: pa.concat_arrays([left[name], right[name]]) for name in left}
+            self._chunks[-1] = pa.concat_batches([self._chunks[-1], right])
 
 
 def _descriptor_columns(descriptors: list[Descriptor]) -> dict[str, pa.Array]:
@@ -609,7 +611,7 @@ class ColumnarNormalizer:
         external = pc.binary_join_element_wise(cols["series_id"].take(take), ts_slug, "/")
 
         json_lines = run_documents(
-            cols, take, is_speed, names, observed, ts_slug, status, raw, finite, scaled
+            cols, take, is_speed, names, observed, ts_slug, raw, finite, scaled
         )
 
         table_cols: dict[str, Any] = {}

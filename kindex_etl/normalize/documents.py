@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -49,6 +50,52 @@ def fragments(d: Descriptor) -> tuple[str, str]:
     return head, middle
 
 
+def _shape_pieces() -> list[pa.Array]:
+    """The constant text between a document's row values, per row shape.
+
+    A row's shape (`_shape`) is whether it is a speed row and which of p20, p50, p80 are
+    finite: together they fix every piece of a document that is neither a descriptor fragment
+    nor one of the row's own values. Piece i of shape s is element s of the i-th array.
+    """
+    pieces: list[list[str]] = [[] for _ in range(8)]
+    for shape in range(16):
+        speed, f20, f50, f80 = (bool(shape & bit) for bit in (8, 4, 2, 1))
+        unit = "ms" if speed else "mb"
+
+        def opening(q: str, *, speed: bool = speed) -> str:
+            metric, unit = ("latency", "ns") if speed else ("peak_memory", "bytes")
+            return f'{{"metric":"{metric}","statistic":"p{q}","unit":"{unit}","value":'
+
+        status = "passed" if f20 and f50 and f80 else "failed"
+        median = (
+            ',"timing":{"latencyNs":{"median":' if speed else ',"memory":{"peakBytes":{"median":'
+        )
+        texts = (
+            f'","metrics":{{"{unit}_20":',
+            f',"{unit}_50":',
+            f',"{unit}_80":',
+            '}},"measurements":[' + (opening("20") if f20 else ""),
+            ("}" if f20 else "") + ("," if f20 and f80 else "") + (opening("80") if f80 else ""),
+            ("}" if f80 else "") + '],"observedAt":"',
+            f'","status":"{status}"' + (median if f50 else ""),
+            ('},"primaryStatistic":"median"}' if f50 else "") + "}}\n",
+        )
+        for i, text in enumerate(texts):
+            pieces[i].append(text)
+    return [pa.array(p, pa.string()) for p in pieces]
+
+
+_PIECES = _shape_pieces()
+
+
+def _shape(is_speed: pa.Array, finite: dict[str, pa.Array]) -> pa.Array:
+    bits = [is_speed, finite["20"], finite["50"], finite["80"]]
+    code = np.zeros(len(is_speed), dtype=np.int8)
+    for weight, mask in zip((8, 4, 2, 1), bits, strict=True):
+        code += np.asarray(mask.to_numpy(zero_copy_only=False), dtype=np.int8) * np.int8(weight)
+    return pa.array(code, pa.int8())
+
+
 def run_documents(
     cols: dict[str, pa.Array],
     take: pa.Array,
@@ -56,67 +103,37 @@ def run_documents(
     names: pa.Array,
     observed: pa.Array,
     ts_slug: pa.Array,
-    status: pa.Array,
     raw: dict[str, pa.Array],
     finite: dict[str, pa.Array],
     scaled: dict[str, pa.Array],
 ) -> pa.Array:
     """One BenchmarkRun document per row, ending in a newline.
 
-    A single join of two per-descriptor fragments, per-row values, and pieces that are empty
-    where a point is missing: one pass over the output bytes. Keys come in a fixed order
-    (descriptor-fixed ones first), the same for every document.
+    A single join of two per-descriptor fragments, per-row values, and the constant pieces of
+    the row's shape: one pass over the output bytes. Keys come in a fixed order (descriptor-
+    fixed ones first), the same for every document.
     """
-    is_memory = pc.invert(is_speed)
-    has_median = finite["50"]
-
-    def when(mask: pa.Array, text: str) -> pa.Array:
-        return pc.if_else(mask, text, "")
+    shape = _shape(is_speed, finite)
+    piece = [p.take(shape) for p in _PIECES]
 
     def numbers(q: str) -> pa.Array:
         # Arrow writes the shortest text that reads back as the same double: JSON-valid.
         return pc.if_else(finite[q], pc.cast(raw[q], pa.string()), "null")
 
+    # Empty where the point is missing: a scaled value is null exactly where it is not finite.
     integer = {q: pc.fill_null(pc.cast(scaled[q], pa.string()), "") for q in scaled}
-    opening = {
-        q: pc.if_else(
-            finite[q],
-            pc.if_else(
-                is_speed,
-                f'{{"metric":"latency","statistic":"p{q}","unit":"ns","value":',
-                f'{{"metric":"peak_memory","statistic":"p{q}","unit":"bytes","value":',
-            ),
-            "",
-        )
-        for q in ("20", "80")
-    }
-    stats_close = '},"primaryStatistic":"median"}'
-    memory_on = pc.and_(is_memory, has_median)
-    timing_on = pc.and_(is_speed, has_median)
     return pc.binary_join_element_wise(
         cols["frag_head"].take(take),
         names,
         cols["frag_middle"].take(take),
         ts_slug,
-        pa.scalar('","metrics":{'),
-        pc.if_else(is_speed, '"ms_20":', '"mb_20":'), numbers("20"),
-        pc.if_else(is_speed, ',"ms_50":', ',"mb_50":'), numbers("50"),
-        pc.if_else(is_speed, ',"ms_80":', ',"mb_80":'), numbers("80"),
-        pa.scalar('}},"measurements":['),
-        opening["20"], integer["20"], when(finite["20"], "}"),
-        when(pc.and_(finite["20"], finite["80"]), ","),
-        opening["80"], integer["80"], when(finite["80"], "}"),
-        pa.scalar('],"observedAt":"'),
-        observed,
-        pa.scalar('","status":"'),
-        status,
-        pa.scalar('"'),
-        when(memory_on, ',"memory":{"peakBytes":{"median":'),
-        pc.if_else(memory_on, integer["50"], ""),
-        when(memory_on, stats_close),
-        when(timing_on, ',"timing":{"latencyNs":{"median":'),
-        pc.if_else(timing_on, integer["50"], ""),
-        when(timing_on, stats_close),
-        pa.scalar("}}\n"),
+        piece[0], numbers("20"),
+        piece[1], numbers("50"),
+        piece[2], numbers("80"),
+        piece[3], integer["20"],
+        piece[4], integer["80"],
+        piece[5], observed,
+        piece[6], integer["50"],
+        piece[7],
         "",
     )  # fmt: skip
