@@ -106,7 +106,9 @@ class DescriptorTable:
     _by_key: dict[DescriptorKey, int | Rejected] = field(default_factory=dict)
     # The same keys by the process-wide codes of their column values (`codes_of`): a batch
     # looks its distinct keys up as a few bytes each, not as tuples of twelve new strings.
-    _by_codes: dict[bytes, int | Rejected] = field(default_factory=dict)
+    code_ids: dict[bytes, int] = field(default_factory=dict)
+    rejection_reasons: list[str] = field(default_factory=list)
+    rejection_details: list[str] = field(default_factory=list)
     _value_codes: dict[str, dict[str, int]] = field(default_factory=dict)
     # Per-descriptor columns in chunks whose sizes at least double leftwards: appending is
     # amortized O(log n) copies per descriptor, where one concatenation per batch of every
@@ -144,11 +146,15 @@ class DescriptorTable:
             count=len(values),
         )
 
-    def lookup_codes(self, codes: bytes) -> int | Rejected | None:
-        return self._by_codes.get(codes)
-
-    def remember_codes(self, codes: bytes, found: int | Rejected) -> None:
-        self._by_codes[codes] = found
+    def id_of(self, codes: bytes, key: DescriptorKey) -> int:
+        """The descriptor id of a key, or -1-i for the i-th rejection; remembered by `codes`."""
+        found = self.lookup(key)
+        if isinstance(found, Rejected):
+            self.rejection_reasons.append(found.reason)
+            self.rejection_details.append(found.detail)
+            found = -len(self.rejection_reasons)
+        self.code_ids[codes] = found
+        return found
 
     def is_speed(self) -> np.ndarray:
         return np.asarray(self._is_speed, dtype=bool)
@@ -432,31 +438,20 @@ class ColumnarNormalizer:
         )
         group_keys = group_codes.view(np.dtype((np.void, group_codes.shape[1] * 4))).ravel()
         rows = cast(list[bytes], group_keys.tolist())
-        found_by_group = [table.lookup_codes(k) for k in rows]
-        missing = [i for i, f in enumerate(found_by_group) if f is None]
+        known = table.code_ids.get
+        ids = [known(k) for k in rows]
+        missing = [i for i, found in enumerate(ids) if found is None]
         if missing:
             representatives = batch.take(pa.array(first[missing], pa.int64()))
             values = [representatives.column(name).to_pylist() for name in KEY_COLUMNS]
             for i, parts in zip(missing, zip(*values, strict=True), strict=True):
-                resolved = table.lookup(DescriptorKey._make((*parts, software)))
-                table.remember_codes(rows[i], resolved)
-                found_by_group[i] = resolved
-        local_ids = np.empty(len(first), dtype=np.int64)
-        reasons: list[str] = []
-        details: list[str] = []
-        for i, found in enumerate(found_by_group):
-            if isinstance(found, Rejected):
-                local_ids[i] = -1 - len(reasons)
-                reasons.append(found.reason)
-                details.append(found.detail)
-            else:
-                assert found is not None
-                local_ids[i] = found
+                ids[i] = table.id_of(rows[i], DescriptorKey._make((*parts, software)))
+        local_ids = np.fromiter(ids, dtype=np.int64, count=len(ids))
         while len(self._series_of) < len(table.descriptors):
             d = table.descriptors[len(self._series_of)]
             self._series_of.append(self.series_index(d.series_id))
             self._ident_of.append(_ident_hash(d))
-        return local_ids[inverse.reshape(-1)], reasons, details
+        return local_ids[inverse.reshape(-1)], table.rejection_reasons, table.rejection_details
 
     def normalize(
         self,

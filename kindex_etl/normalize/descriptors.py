@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 import rfc8785
 from packaging.version import InvalidVersion, Version
 
-from kindex_etl.catalog import Catalog, ProtocolVariant
+from kindex_etl.catalog import Catalog, KernelInfo, ProtocolVariant
 from kindex_etl.contracts.digests import canonical_json, digest
 from kindex_etl.contracts.documents import (
     BenchmarkProtocol,
@@ -326,6 +326,7 @@ class Resolver:
         self._predates: dict[tuple[str, str], bool] = {}
         self._gpu_slugs: dict[str, str] = {}
         self._name_heads: dict[tuple[str, ...], str] = {}
+        self._shared: dict[tuple[str, ...], _Shared | tuple[bool, Rejected]] = {}
         self._name_tails: dict[str, str] = {}
         self._units = metric_units()
 
@@ -423,13 +424,15 @@ class Resolver:
         return f"{head}-{tail}" if tail else head
 
     def _check_fields(self, key: DescriptorKey) -> None:
-        """Hold back a key with a missing, unsafe or unknown field; the first problem wins."""
+        """Hold back a key with a missing, unsafe or unknown field; the first problem wins.
+
+        An empty x_name or x_value (checked between metric_name and gpu_name) is left to
+        `_shared_of`: everything here is shared by keys that differ in x and config only.
+        """
         for column, value in (
             ("kernel_name", key.kernel),
             ("kernel_provider", key.provider),
             ("metric_name", key.metric),
-            ("x_name", key.x_name),
-            ("x_value", key.x_value),
             ("gpu_name", key.gpu_name),
             ("liger_version", key.liger_version),
         ):
@@ -462,66 +465,126 @@ class Resolver:
         if problem is not None:
             raise problem.bare()
 
-    def resolve(self, key: DescriptorKey) -> Descriptor:
-        """Build the descriptor for a key, or raise Rejected with the reason to hold it back."""
+    def _new_shared(self, key: DescriptorKey) -> _Shared:
+        """What keys that differ only in x and config share: checks, environment, names."""
         self._check_fields(key)
         environment = self.environment(key.gpu_name, key.software)
-        resolved = self.workload(key)
-        kernel_name, workload, workload_slug = resolved.kernel, resolved.hashed, resolved.slug
-        protocol = self.protocol(key.metric, key.mode, kernel_name, key.liger_version)
-        implementation = self.implementation(key.provider, kernel_name, key.liger_version)
+        kernel_name = self._kernel_names[key.kernel]  # set by _check_fields
         kernel = self.catalog.kernel(kernel_name)
         mode = key.mode or "unspecified"
         gpu_slug = self._gpu_slugs.get(key.gpu_name)
         if gpu_slug is None:
             gpu_slug = self._gpu_slugs[key.gpu_name] = slug(key.gpu_name)
-        series = f"{kernel_name}/{mode}/{key.provider}/{gpu_slug}/{workload_slug}"
+        series = f"{kernel_name}/{mode}/{key.provider}/{gpu_slug}"
+        predates = self._predates.get((kernel_name, key.liger_version))
+        if predates is None:
+            predates = self.catalog.predates_benchmark(kernel_name, key.liger_version)
+            self._predates[(kernel_name, key.liger_version)] = predates
+        title = f"{kernel.title if kernel else kernel_name} · {key.provider} · {mode}"
+        name_parts = [kernel_name, mode, key.provider, gpu_slug]
+        if key.metric == "memory":
+            # Memory rows share everything with a speed row but the metric: give them their
+            # own externalId shape (one more segment) and a name and title that say so.
+            name_parts.insert(2, "memory")
+            title += " · peak memory"
+        return _Shared(
+            kernel_name=kernel_name,
+            kernel=kernel,
+            environment=environment,
+            mode=mode,
+            gpu_slug=gpu_slug,
+            series=series,
+            title=title,
+            name_parts=tuple(name_parts),
+            predates=(
+                f"predates-benchmark-{self.catalog.first_releases[kernel_name]}"
+                if predates
+                else None
+            ),
+        )
+
+    def _shared_of(self, key: DescriptorKey) -> _Shared:
+        skey = (key.kernel, key.mode, key.provider, key.metric, key.unit, key.gpu_name,
+                key.liger_version, key.software)  # fmt: skip
+        found = self._shared.get(skey)
+        if found is None:
+            try:
+                found = self._shared[skey] = self._new_shared(key)
+            except Rejected as rejected:
+                # Empty kernel, provider or metric come before an empty x in the checks' order.
+                early = rejected.reason == "missing_field" and rejected.detail in _EARLY_EMPTY
+                found = self._shared[skey] = (early, rejected.bare())
+        if isinstance(found, tuple) and found[0]:
+            raise found[1].bare()
+        for column, value in (("x_name", key.x_name), ("x_value", key.x_value)):
+            if not value.strip():
+                raise Rejected("missing_field", f"{column} is empty")
+        if isinstance(found, tuple):
+            raise found[1].bare()
+        return found
+
+    def resolve(self, key: DescriptorKey) -> Descriptor:
+        """Build the descriptor for a key, or raise Rejected with the reason to hold it back."""
+        shared = self._shared_of(key)
+        resolved = self.workload(key)
+        kernel_name, workload, workload_slug = resolved.kernel, resolved.hashed, resolved.slug
+        protocol = self.protocol(key.metric, key.mode, kernel_name, key.liger_version)
+        implementation = self.implementation(key.provider, kernel_name, key.liger_version)
+        kernel = shared.kernel
+        series = f"{shared.series}/{workload_slug}"
         labels = {"liger_version": key.liger_version}
         if kernel is None:
             labels[UNKNOWN_KERNEL_LABEL] = "unknown-kernel"
         elif resolved.variant is None:
             labels[UNKNOWN_KERNEL_LABEL] = "unknown-variant"
-        predates = self._predates.get((kernel_name, key.liger_version))
-        if predates is None:
-            predates = self.catalog.predates_benchmark(kernel_name, key.liger_version)
-            self._predates[(kernel_name, key.liger_version)] = predates
-        if predates:
-            first = self.catalog.first_releases[kernel_name]
-            labels[VERSION_LABEL] = f"predates-benchmark-{first}"
-        title = f"{kernel.title if kernel else kernel_name} · {key.provider} · {mode}"
-        name_parts = [kernel_name, mode, key.provider, gpu_slug, workload_slug]
+        if shared.predates is not None:
+            labels[VERSION_LABEL] = shared.predates
         if key.metric == "memory":
-            # Memory rows share everything with a speed row but the metric: give them their
-            # own externalId shape (one more segment) and a name and title that say so.
             series += "/memory"
-            name_parts.insert(2, "memory")
-            title += " · peak memory"
         return Descriptor(
             key=key,
             metric=key.metric,
             series_id=series,
-            name_prefix=self._name_prefix(name_parts),
-            title=title,
+            name_prefix=self._name_prefix([*shared.name_parts, workload_slug]),
+            title=shared.title,
             labels=labels,
-            benchmark=f"{kernel_name}/{mode}",
+            benchmark=f"{kernel_name}/{shared.mode}",
             workload=workload.doc,
             implementation=implementation.doc,
             protocol=protocol.doc,
-            environment=environment.doc,
+            environment=shared.environment.doc,
             workload_digest=workload.digest,
             implementation_digest=implementation.digest,
             protocol_digest=protocol.digest,
-            environment_digest=environment.digest,
+            environment_digest=shared.environment.digest,
             workload_canonical=workload.canonical,
             implementation_canonical=implementation.canonical,
             workload_slug=workload_slug,
-            gpu_slug=gpu_slug,
+            gpu_slug=shared.gpu_slug,
             dtype=resolved.dtype,
             known_kernel=kernel is not None,
             kernel=kernel_name,
             variant=resolved.variant,
             catalog_version=self.catalog.version,
         )
+
+
+@dataclass(frozen=True)
+class _Shared:
+    kernel_name: str
+    kernel: KernelInfo | None
+    environment: Hashed
+    mode: str
+    gpu_slug: str
+    series: str  # externalId up to the workload slug
+    title: str
+    name_parts: tuple[str, ...]  # metadata.name's parts before the workload slug
+    predates: str | None  # the VERSION_LABEL value, where the release predates the benchmark
+
+
+_EARLY_EMPTY = {
+    f"{column} is empty" for column in ("kernel_name", "kernel_provider", "metric_name")
+}
 
 
 def _version_problem(version: str) -> Rejected | None:

@@ -24,6 +24,7 @@ from kindex_etl.normalize.descriptors import (
     UNKNOWN_KERNEL_LABEL,
     VERSION_LABEL,
     Descriptor,
+    DescriptorKey,
     Rejected,
     Resolver,
 )
@@ -383,3 +384,55 @@ def test_name_prefix_is_the_slug_of_the_joined_parts(parts: list[str]) -> None:
     expected = slug("-".join(("liger", *parts)))
     assert resolver._name_prefix(parts) == expected
     assert resolver._name_prefix(parts) == expected  # the cached head too
+
+
+def _outcome(resolver: Resolver, key: DescriptorKey) -> object:
+    try:
+        return resolver.resolve(key)
+    except Rejected as rejected:
+        return (rejected.reason, rejected.detail)
+
+
+_FIELD = {
+    "kernel": ["rms_norm", "", "dyt_beta=True", "no such kernel", "geglu"],
+    "mode": ["forward", "", "full"],
+    "provider": ["liger", "", "huggingface"],
+    "metric": ["speed", "memory", ""],
+    "unit": ["ms", "MB"],
+    "x_name": ["H", ""],
+    "x_value": ["1024", "", "2048"],
+    "config": ['{"dtype": "torch.bfloat16"}', "", "{", '{"M": 4}'],
+    "gpu_name": ["NVIDIA H100 80GB HBM3", "", "a GPU no catalog places"],
+    "liger_version": ["0.5.0", "", "v0.8", "0.8.0"],
+}
+
+
+@given(st.lists(st.fixed_dictionaries({k: st.sampled_from(v) for k, v in _FIELD.items()})))
+def test_a_warm_resolver_answers_every_key_as_a_fresh_one(keys: list[dict[str, str]]) -> None:
+    # Its caches are shared by keys that differ in x and config: which check fails first, and
+    # every descriptor field, must not depend on the keys resolved before.
+    warm = Resolver(default_catalog())
+    for fields in keys:
+        key = DescriptorKey(**fields, x_label="x", software="")
+        assert _outcome(warm, key) == _outcome(Resolver(default_catalog()), key)
+
+
+@pytest.mark.parametrize(
+    ("fields", "detail"),
+    [
+        ({"x_name": "", "gpu_name": "a GPU no catalog places"}, "x_name is empty"),
+        ({"x_value": "", "liger_version": ""}, "x_value is empty"),
+        ({"x_value": "", "kernel_provider": "not/plain"}, "x_value is empty"),
+        ({"x_name": "", "metric_name": ""}, "metric_name is empty"),
+        ({"x_value": "", "kernel_name": ""}, "kernel_name is empty"),
+        ({"gpu_name": "", "liger_version": ""}, "gpu_name is empty"),
+    ],
+)
+def test_the_first_failed_check_names_the_field(fields: dict[str, str], detail: str) -> None:
+    # Checked in column order: kernel, provider, metric, x_name, x_value, GPU, version.
+    key = descriptor_key(seed_row() | fields)
+    resolver = Resolver(default_catalog())
+    resolver.resolve(descriptor_key(seed_row()))  # a warm cache for the key's shared part
+    with pytest.raises(Rejected) as raised:
+        resolver.resolve(key)
+    assert raised.value.detail == detail
