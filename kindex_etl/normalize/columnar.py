@@ -58,38 +58,43 @@ def x_number(text: str) -> float | None:
 
 def descriptor_values(d: Descriptor) -> dict[str, Any]:
     """The per-descriptor columns of a run (`DESCRIPTOR_FIELDS`), by name."""
+    return dict(zip(DESCRIPTOR_FIELDS, descriptor_row(d), strict=True))
+
+
+def descriptor_row(d: Descriptor) -> tuple[Any, ...]:
+    """`descriptor_values` as a tuple in `DESCRIPTOR_FIELDS` order (no dict per descriptor)."""
     k = d.key
-    return {
-        "series_id": d.series_id,
-        "title": d.title,
-        "metric": d.metric,
-        "kernel": d.kernel,
-        "operation_mode": k.mode or "unspecified",
-        "provider": k.provider,
-        "gpu_name": k.gpu_name,
-        "gpu_slug": d.gpu_slug,
-        "gpu_architecture": d.environment["spec"]["hardware"]["architecture"],
-        "liger_version": k.liger_version,
-        "release_key": _release_key(k.liger_version),
-        "x_name": k.x_name,
-        "x_label": k.x_label,
-        "x_value": k.x_value,
-        "x_value_number": x_number(k.x_value),
-        "workload_slug": d.workload_slug,
-        "dtype": d.dtype,
-        "config": k.config,
-        "value_unit": "ns" if d.metric == "speed" else "bytes",
-        "protocol_digest": d.protocol_digest,
-        "workload_digest": d.workload_digest,
-        "environment_digest": d.environment_digest,
-        "implementation_digest": d.implementation_digest,
-        "workload_descriptor": d.workload_canonical,
-        "implementation_descriptor": d.implementation_canonical,
-        "known_kernel": d.known_kernel,
-        "source_kernel": k.kernel,
-        "workload_variant": d.variant,
-        "catalog_version": d.catalog_version,
-    }
+    return (
+        d.series_id,  # series_id
+        d.title,  # title
+        d.metric,  # metric
+        d.kernel,  # kernel
+        k.mode or "unspecified",  # operation_mode
+        k.provider,  # provider
+        k.gpu_name,  # gpu_name
+        d.gpu_slug,  # gpu_slug
+        d.environment["spec"]["hardware"]["architecture"],  # gpu_architecture
+        k.liger_version,  # liger_version
+        _release_key(k.liger_version),  # release_key
+        k.x_name,  # x_name
+        k.x_label,  # x_label
+        k.x_value,  # x_value
+        x_number(k.x_value),  # x_value_number
+        d.workload_slug,  # workload_slug
+        d.dtype,  # dtype
+        k.config,  # config
+        "ns" if d.metric == "speed" else "bytes",  # value_unit
+        d.protocol_digest,  # protocol_digest
+        d.workload_digest,  # workload_digest
+        d.environment_digest,  # environment_digest
+        d.implementation_digest,  # implementation_digest
+        d.workload_canonical,  # workload_descriptor
+        d.implementation_canonical,  # implementation_descriptor
+        d.known_kernel,  # known_kernel
+        k.kernel,  # source_kernel
+        d.variant,  # workload_variant
+        d.catalog_version,  # catalog_version
+    )
 
 
 # Versions are few and every descriptor of a release asks for the same key.
@@ -195,9 +200,10 @@ class DescriptorTable:
 
 
 def _descriptor_columns(descriptors: list[Descriptor]) -> dict[str, pa.Array]:
-    rows = [descriptor_values(d) for d in descriptors]
+    values = zip(*(descriptor_row(d) for d in descriptors), strict=True) if descriptors else ()
+    by_name = dict(zip(DESCRIPTOR_FIELDS, values, strict=False))
     cols: dict[str, pa.Array] = {
-        name: pa.array([r[name] for r in rows], type=RUN_SCHEMA.field(name).type)
+        name: pa.array(by_name.get(name, ()), type=RUN_SCHEMA.field(name).type)
         for name in DESCRIPTOR_FIELDS
     }
     frags = [fragments(d) for d in descriptors]
