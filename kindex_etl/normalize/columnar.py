@@ -111,6 +111,7 @@ class DescriptorTable:
     _by_key: dict[DescriptorKey, int | Rejected] = field(default_factory=dict)
     # The same keys by the process-wide codes of their column values (`codes_of`): a batch
     # looks its distinct keys up as a few bytes each, not as tuples of twelve new strings.
+    # A key's descriptor id, or -1-i for the i-th rejection (`rejection_reasons`).
     code_ids: dict[bytes, int] = field(default_factory=dict)
     rejection_reasons: list[str] = field(default_factory=list)
     rejection_details: list[str] = field(default_factory=list)
@@ -200,11 +201,11 @@ class DescriptorTable:
 
 
 def _descriptor_columns(descriptors: list[Descriptor]) -> dict[str, pa.Array]:
-    values = zip(*(descriptor_row(d) for d in descriptors), strict=True) if descriptors else ()
-    by_name = dict(zip(DESCRIPTOR_FIELDS, values, strict=False))
+    rows = [descriptor_row(d) for d in descriptors]
+    columns = list(zip(*rows, strict=True)) if rows else [()] * len(DESCRIPTOR_FIELDS)
     cols: dict[str, pa.Array] = {
-        name: pa.array(by_name.get(name, ()), type=RUN_SCHEMA.field(name).type)
-        for name in DESCRIPTOR_FIELDS
+        name: pa.array(values, type=RUN_SCHEMA.field(name).type)
+        for name, values in zip(DESCRIPTOR_FIELDS, columns, strict=True)
     }
     frags = [fragments(d) for d in descriptors]
     for i, part in enumerate(("frag_head", "frag_middle")):
@@ -426,7 +427,7 @@ class ColumnarNormalizer:
         for name in KEY_COLUMNS:
             encoded = batch.column(name).dictionary_encode()
             codes = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-            global_codes.append(table.codes_of(name, encoded.dictionary)[codes])
+            global_codes.append((table.codes_of(name, encoded.dictionary), codes))
             width = max(len(encoded.dictionary), 1)
             if combined is None:
                 combined, size = codes, width
@@ -440,7 +441,11 @@ class ColumnarNormalizer:
         _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
         software_code = table.codes_of("software", pa.array([software], pa.string()))
         group_codes = np.stack(
-            [*(c[first] for c in global_codes), np.repeat(software_code, len(first))], axis=1
+            [
+                *(mapping[codes[first]] for mapping, codes in global_codes),
+                np.repeat(software_code, len(first)),
+            ],
+            axis=1,
         )
         group_keys = group_codes.view(np.dtype((np.void, group_codes.shape[1] * 4))).ravel()
         rows = cast(list[bytes], group_keys.tolist())
