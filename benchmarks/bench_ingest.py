@@ -11,9 +11,12 @@ real per-commit history (~9,500 combinations, ~12,000 timestamps and 62 shapes p
 rows, one row in six held back), from the data files of the sdists in `--sdist-dir`
 (`pip download --no-deps --no-binary :all: -d DIR liger-kernel==0.8.5`). Timed:
   * DuckDB: COPY (SELECT * FROM read_csv(...)) TO ... (FORMAT parquet, COMPRESSION zstd)
-  * `kindex-etl ingest --json` end to end, as a subprocess (Prefect start-up, Parquet and the
-    zstd JSON documents included), with peak RSS of its whole process tree (the Prefect
-    ephemeral API server is a child process) and of the ingest process alone.
+  * `kindex-etl ingest --json --no-regressions` end to end, as a subprocess (Prefect start-up,
+    Parquet and the zstd JSON documents included), with peak RSS of the ingest process and of
+    its whole process tree (the shared local Prefect server is not a child: it is not counted)
+  * then, apart, `kindex-etl regressions` over the result (`regressions_seconds`, its peak RSS):
+    what an ingest that commits runs chains after itself unless told `--no-regressions`; it
+    reads the whole warehouse, so it is its own figure, not part of the ingest's
 The machine is shared and noisy: compare the ratio, not the seconds.
 """
 
@@ -105,20 +108,8 @@ def _tree_rss(root: int) -> tuple[int, int]:
     return rss.get(root, 0), total
 
 
-def kindex_ingest(csv_dir: Path, warehouse: Path, env: dict[str, str]) -> dict[str, float]:
-    shutil.rmtree(warehouse, ignore_errors=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "kindex_etl.cli",
-        "ingest",
-        "--upstream",
-        str(csv_dir),
-        "--warehouse",
-        str(warehouse),
-        "--json",
-        "--no-trigger",
-    ]
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int, int, str]:
+    """(seconds, peak RSS of the process, of its process tree, stdout) of one command."""
     peak_self = peak_tree = 0
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
@@ -138,8 +129,21 @@ def kindex_ingest(csv_dir: Path, warehouse: Path, env: dict[str, str]) -> dict[s
     done.set()
     sampler.join()
     if proc.returncode != 0:
-        raise SystemExit(f"ingest failed ({proc.returncode}):\n{err[-4000:]}")
+        raise SystemExit(f"{cmd[3]} failed ({proc.returncode}):\n{err[-4000:]}")
+    return elapsed, peak_self, peak_tree, out
+
+
+def kindex_ingest(csv_dir: Path, warehouse: Path, env: dict[str, str]) -> dict[str, float]:
+    """The ingest command end to end, then (timed apart) the regressions flow it would chain."""
+    shutil.rmtree(warehouse, ignore_errors=True)
+    cli = [sys.executable, "-m", "kindex_etl.cli"]
+    elapsed, peak_self, peak_tree, out = _timed(
+        [*cli, "ingest", "--upstream", str(csv_dir), "--warehouse", str(warehouse),
+         "--json", "--no-trigger", "--no-regressions"],
+        env,
+    )  # fmt: skip
     summary = json.loads(out)
+    reg_s, reg_self, _, _ = _timed([*cli, "regressions", "--warehouse", str(warehouse)], env)
     return {
         "seconds": elapsed,
         "peak_rss_ingest_mib": peak_self / 2**20,
@@ -147,6 +151,8 @@ def kindex_ingest(csv_dir: Path, warehouse: Path, env: dict[str, str]) -> dict[s
         "runs_written": summary["runs_written"],
         "quarantined_rows": summary["quarantined_rows"],
         "pipeline_seconds": summary["elapsed_s"],
+        "regressions_seconds": reg_s,
+        "peak_rss_regressions_mib": reg_self / 2**20,
     }
 
 

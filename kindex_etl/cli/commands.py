@@ -113,6 +113,12 @@ def _ingest_arguments(p: argparse.ArgumentParser) -> None:
         help="do not request GPU re-runs for new liger versions",
     )
     p.add_argument("--prefix", default="", help="only objects under this key prefix")
+    p.add_argument(
+        "--no-regressions",
+        action="store_true",
+        help="skip the regressions flow that follows an ingest that committed runs "
+        "(run `kindex-etl regressions` later: it reads the whole warehouse)",
+    )
     _json_flag(p, "one JSON summary")
 
 
@@ -157,6 +163,7 @@ def run_ingest(args: argparse.Namespace) -> int:
             backfill=args.backfill,
             trigger=not args.no_trigger,
             prefix=args.prefix,
+            regressions=not args.no_regressions,
             return_state=True,
         )
         summary = state.result()

@@ -57,3 +57,15 @@ def test_demo_tells_what_it_used_and_prints_a_query_that_gives_its_numbers(
     got = duckdb.connect().execute(sql).fetchall()
     assert [(float(x), float(liger), float(base)) for x, liger, base, _ in rows] == got
     assert all(float(s) > 1 for *_, s in rows)  # the sample makes liger the faster one
+
+
+def test_ingest_chains_the_regressions_flow_unless_told_not_to(tmp_path, cli_env, warm_server):
+    upstream = tmp_path / "up"
+    write_csv(upstream / "benchmarks" / "abc1234-v0.8.0" / "benchmark.csv", [seed_row()])
+    for flag, report in (("--no-regressions", False), (None, True)):
+        warehouse = tmp_path / f"wh-{report}"
+        args = ["ingest", "--upstream", str(upstream), "--warehouse", str(warehouse), "--json"]
+        done = kindex(cli_env, *args, *([flag] if flag else []))
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["runs_written"] == 1
+        assert (warehouse / "reports" / "index.html").exists() == report
