@@ -307,11 +307,12 @@ class Warehouse:
         """The run index kept beside the base checkpoint, and the live run files it lacks.
 
         A writer needs every committed run's key (`stored_index` columns) to tell re-delivered
-        rows from new ones. Read from the data that grows with the warehouse; with this, a
-        start-up reads one compact file plus the run files committed since the checkpoint.
-        None: no usable index (no checkpoint, none written beside it, or a rebuild since):
-        read every run file. Files compacted since the checkpoint hold runs the index has:
-        their keys repeat, with the same fingerprints, which the run index takes in its stride.
+        rows from new ones. Taken from the run files, that is a read of every run ever
+        committed; with this, a start-up reads one compact file plus the run files committed
+        since the checkpoint. None: no usable index (no checkpoint, none written beside it, or
+        a rebuild since, which drops runs): read every run file. Files compacted since the
+        checkpoint hold runs the index has: their keys repeat with the same fingerprints, and
+        the run index treats a repeated key with the same fingerprint as one run.
         """
         if self._base is None or any(r.rebuild for r in self.records):
             return None
