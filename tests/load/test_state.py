@@ -153,7 +153,7 @@ def test_without_a_usable_run_index_a_writer_reads_every_run_file(hourly):
     upstream, wh = hourly
     total = _runs(wh)
     open_store(wh).delete(layout.run_index_key(6))
-    assert open_warehouse(wh).run_index() is None
+    assert _opened(wh).run_index() is None
     assert _backfill_in_a_new_process(upstream, wh) == (0, total)
 
 
@@ -191,3 +191,26 @@ def test_only_the_two_newest_run_indexes_are_kept(hourly):
 def _log(wh: str) -> list[CommitRecord]:
     store = open_store(wh)
     return [CommitRecord.from_json(store.get_bytes(i.key)) for i in store.list(layout.LOG)]
+
+
+def test_the_run_index_on_s3(tmp_path, s3_bucket, monkeypatch):
+    monkeypatch.setenv("KINDEX_CHECKPOINT_INTERVAL", "3")
+    upstream, wh = str(tmp_path / "up"), f"s3://{s3_bucket}/wh"
+    hourly_upstream(upstream, 4)
+    ingest_hourly(upstream, wh)  # a checkpoint at 3, its index beside it
+    store = open_store(wh)
+    assert store.head(layout.run_index_key(3)) is not None
+    warehouse = open_warehouse(wh)
+    warehouse.refresh()
+    kept = warehouse.run_index()
+    assert kept is not None and len(kept[1]) >= 1  # the fourth commit's run files
+    assert _backfill_in_a_new_process(upstream, wh) == (0, _runs(wh))
+    store.delete(layout.run_index_key(3))
+    assert _opened(wh).run_index() is None
+    assert _backfill_in_a_new_process(upstream, wh) == (0, _runs(wh))
+
+
+def _opened(wh: str) -> Warehouse:
+    warehouse = open_warehouse(wh)
+    warehouse.refresh()
+    return warehouse
