@@ -29,14 +29,13 @@ import shutil
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bench_ingest import _tree_rss, write_upstream  # noqa: E402
+from benchmarks.bench_ingest import timed_command, write_upstream  # noqa: E402
 
 
 def write_commits(
@@ -81,26 +80,8 @@ def backfill(upstream: Path, warehouse: Path, env: dict[str, str]) -> dict[str, 
         sys.executable, "-m", "kindex_etl.cli", "backfill", "--upstream", str(upstream),
         "--warehouse", str(warehouse), "--json", "--objects-per-batch", "1",
     ]  # fmt: skip
-    peak = 0
     load_before = os.getloadavg()[0]
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
-    done = threading.Event()
-
-    def sample() -> None:
-        nonlocal peak
-        while not done.is_set():
-            peak = max(peak, _tree_rss(proc.pid)[1])
-            time.sleep(0.05)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    out, err = proc.communicate()
-    elapsed = time.perf_counter() - start
-    done.set()
-    sampler.join()
-    if proc.returncode != 0:
-        raise SystemExit(f"backfill failed ({proc.returncode}):\n{err[-4000:]}")
+    elapsed, _, peak, out = timed_command(cmd, env)
     summary = json.loads(out)
     return {
         "seconds": round(elapsed, 2),

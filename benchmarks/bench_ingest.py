@@ -108,7 +108,7 @@ def _tree_rss(root: int) -> tuple[int, int]:
     return rss.get(root, 0), total
 
 
-def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int, int, str]:
+def timed_command(cmd: list[str], env: dict[str, str]) -> tuple[float, int, int, str]:
     """(seconds, peak RSS of the process, of its process tree, stdout) of one command."""
     peak_self = peak_tree = 0
     start = time.perf_counter()
@@ -137,13 +137,13 @@ def kindex_ingest(csv_dir: Path, warehouse: Path, env: dict[str, str]) -> dict[s
     """The ingest command end to end, then (timed apart) the regressions flow it would chain."""
     shutil.rmtree(warehouse, ignore_errors=True)
     cli = [sys.executable, "-m", "kindex_etl.cli"]
-    elapsed, peak_self, peak_tree, out = _timed(
+    elapsed, peak_self, peak_tree, out = timed_command(
         [*cli, "ingest", "--upstream", str(csv_dir), "--warehouse", str(warehouse),
          "--json", "--no-trigger", "--no-regressions"],
         env,
     )  # fmt: skip
     summary = json.loads(out)
-    reg_s, reg_self, _, _ = _timed([*cli, "regressions", "--warehouse", str(warehouse)], env)
+    reg_s, reg_self, _, _ = timed_command([*cli, "regressions", "--warehouse", str(warehouse)], env)
     return {
         "seconds": elapsed,
         "peak_rss_ingest_mib": peak_self / 2**20,

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from kindex_etl.catalog import Catalog, default_catalog
@@ -158,14 +159,23 @@ def ingest_batch(
     """Ingest one commit batch. Safe to retry: nothing is visible until its record exists."""
     upstream = open_store(upstream_url)
     ingestor = ingestor_for(warehouse_url, options.catalog)
+    return commit_sources(
+        ingestor, partial(_still_pending, ingestor, options, batch, partial(_source, upstream))
+    )
 
-    def still_pending() -> list[Source]:
-        if options.backfill:
-            return [_source(upstream, c) for c in batch]
-        done = ingestor.warehouse.done_objects()
-        return [_source(upstream, c) for c in batch if done.get(c.key) != c.info.etag]
 
-    return commit_sources(ingestor, still_pending)
+def _still_pending(
+    ingestor: Ingestor,
+    options: IngestOptions,
+    batch: list[Candidate],
+    source: Callable[[Candidate], Source],
+) -> list[Source]:
+    """The batch's sources still to do: all on a backfill, else those not done at this ETag
+    (another writer may have committed some since the plan)."""
+    if options.backfill:
+        return [source(c) for c in batch]
+    done = ingestor.warehouse.done_objects()
+    return [source(c) for c in batch if done.get(c.key) != c.info.etag]
 
 
 def ingest_normalized_batch(
@@ -200,13 +210,7 @@ def ingest_normalized_batch(
             normalized=obj,
         )
 
-    def still_pending() -> list[Source]:
-        if options.backfill:
-            return [source(c) for c in batch]
-        done = ingestor.warehouse.done_objects()
-        return [source(c) for c in batch if done.get(c.key) != c.info.etag]
-
-    return commit_sources(ingestor, still_pending)
+    return commit_sources(ingestor, partial(_still_pending, ingestor, options, batch, source))
 
 
 def finish(
