@@ -386,8 +386,7 @@ class Ingestor:
                 fingerprints=fingerprints,
                 good=block.good,
             )
-            rb = RowBatch(block.batch, block.lines, block.malformed, block.offset)
-            self._absorb(source, rb, nb, report, work)
+            self._absorb(source, block.read, nb, report, work)
         _harvest(work, obj.descriptors)
 
     def _reject(self, source: Source, report: ObjectReport, work: _Work, bad: BadFile) -> None:

@@ -24,7 +24,7 @@ import pyarrow as pa
 from kindex_etl.catalog import Catalog, default_catalog
 from kindex_etl.errors import BadFile, StorageError
 from kindex_etl.extract.discover import Candidate
-from kindex_etl.extract.read import Malformed, count_lines, read_batches
+from kindex_etl.extract.read import Malformed, RowBatch, count_lines, read_batches
 from kindex_etl.ingestion.threads import prefetch
 from kindex_etl.normalize.columnar import ColumnarNormalizer
 from kindex_etl.normalize.descriptors import Descriptor
@@ -58,12 +58,9 @@ class NormalizedBlock:
     json_lines: pa.StringArray  # one document per run
     quarantine: pa.Table  # rows the normalizer held back
     descriptor_ids: np.ndarray  # per run: index into NormalizedObject.descriptors
-    good: np.ndarray  # per run: its row in `batch`
+    good: np.ndarray  # per run: its row in `read.batch`
     # The raw rows and their lines: a run the committer finds conflicting is held back as read.
-    batch: pa.RecordBatch
-    lines: np.ndarray
-    malformed: list[Malformed] = field(default_factory=list)
-    offset: int = 0
+    read: RowBatch
 
 
 @dataclass
@@ -87,16 +84,16 @@ class PackedBlock:
                 "runs": _pack(b.runs),
                 "json_lines": _pack(pa.table({"line": b.json_lines})),
                 "quarantine": _pack(b.quarantine),
-                "batch": _pack(b.batch),
+                "batch": _pack(b.read.batch),
             },
             arrays={
                 "descriptor_ids": b.descriptor_ids,
                 "good": b.good,
-                "lines": b.lines,
+                "lines": b.read.lines,
             },
-            malformed=b.malformed,
-            offset=b.offset,
-            rows=b.batch.num_rows,
+            malformed=b.read.malformed,
+            offset=b.read.offset,
+            rows=b.read.batch.num_rows,
         )
 
     def unpack(self) -> NormalizedBlock:
@@ -109,12 +106,14 @@ class PackedBlock:
             quarantine=t["quarantine"],
             descriptor_ids=self.arrays["descriptor_ids"],
             good=self.arrays["good"],
-            batch=t["batch"].combine_chunks().to_batches()[0]
-            if t["batch"].num_rows
-            else pa.RecordBatch.from_pylist([], schema=t["batch"].schema),
-            lines=self.arrays["lines"],
-            malformed=self.malformed,
-            offset=self.offset,
+            read=RowBatch(
+                t["batch"].combine_chunks().to_batches()[0]
+                if t["batch"].num_rows
+                else pa.RecordBatch.from_pylist([], schema=t["batch"].schema),
+                self.arrays["lines"],
+                self.malformed,
+                self.offset,
+            ),
         )
 
 
@@ -187,10 +186,7 @@ def normalize_object(
                         quarantine=nb.quarantine,
                         descriptor_ids=nb.descriptor_ids,
                         good=nb.good,
-                        batch=rb.batch,
-                        lines=rb.lines,
-                        malformed=rb.malformed,
-                        offset=rb.offset,
+                        read=rb,
                     )
                 )
             )

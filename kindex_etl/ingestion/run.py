@@ -133,12 +133,13 @@ def idle_summary(
     without starting an orchestrator. A dry run is always answered here: it only lists.
     """
     started = time.perf_counter()
-    found = existing_warehouse(warehouse_url)
-    if not options.dry_run and found is not None and not found.settled():
-        return None
     planned = plan(upstream_url, warehouse_url, replace(options, dry_run=True))
-    if planned.batches and not options.dry_run:
-        return None
+    if not options.dry_run:
+        if planned.batches:
+            return None  # work: the flow recovers and plans again under its own tasks
+        found = existing_warehouse(warehouse_url)
+        if found is not None and not found.settled():
+            return None
     return finish(upstream_url, warehouse_url, options, planned, [], started=started)
 
 
