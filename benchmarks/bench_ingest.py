@@ -17,6 +17,7 @@ rows, one row in six held back), from the data files of the sdists in `--sdist-d
   * then, apart, `kindex-etl regressions` over the result (`regressions_seconds`, its peak RSS):
     what an ingest that commits runs chains after itself unless told `--no-regressions`; it
     reads the whole warehouse, so it is its own figure, not part of the ingest's
+    (`--no-regressions`: not run)
 The machine is shared and noisy: compare the ratio, not the seconds.
 """
 
@@ -133,7 +134,9 @@ def timed_command(cmd: list[str], env: dict[str, str]) -> tuple[float, int, int,
     return elapsed, peak_self, peak_tree, out
 
 
-def kindex_ingest(csv_dir: Path, warehouse: Path, env: dict[str, str]) -> dict[str, float]:
+def kindex_ingest(
+    csv_dir: Path, warehouse: Path, env: dict[str, str], *, regressions: bool = True
+) -> dict[str, float]:
     """The ingest command end to end, then (timed apart) the regressions flow it would chain."""
     shutil.rmtree(warehouse, ignore_errors=True)
     cli = [sys.executable, "-m", "kindex_etl.cli"]
@@ -143,17 +146,20 @@ def kindex_ingest(csv_dir: Path, warehouse: Path, env: dict[str, str]) -> dict[s
         env,
     )  # fmt: skip
     summary = json.loads(out)
-    reg_s, reg_self, _, _ = timed_command([*cli, "regressions", "--warehouse", str(warehouse)], env)
-    return {
+    result = {
         "seconds": elapsed,
         "peak_rss_ingest_mib": peak_self / 2**20,
         "peak_rss_tree_mib": peak_tree / 2**20,
         "runs_written": summary["runs_written"],
         "quarantined_rows": summary["quarantined_rows"],
         "pipeline_seconds": summary["elapsed_s"],
-        "regressions_seconds": reg_s,
-        "peak_rss_regressions_mib": reg_self / 2**20,
     }
+    if regressions:
+        reg_s, reg_self, _, _ = timed_command(
+            [*cli, "regressions", "--warehouse", str(warehouse)], env
+        )
+        result.update(regressions_seconds=reg_s, peak_rss_regressions_mib=reg_self / 2**20)
+    return result
 
 
 def main() -> None:
@@ -164,6 +170,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the generated CSV")
     parser.add_argument("--data", choices=("sample", "realistic"), default="sample")
     parser.add_argument("--sdist-dir", default=None, help="liger-kernel sdists (realistic data)")
+    parser.add_argument(
+        "--no-regressions", action="store_true", help="time the ingest alone (no regressions run)"
+    )
     args = parser.parse_args()
 
     work = Path(args.workdir)
@@ -200,7 +209,7 @@ def main() -> None:
     results = []
     for _ in range(args.repeat):
         duck = duckdb_copy(csv, work / "duckdb.parquet")
-        ours = kindex_ingest(upstream, work / "warehouse", env)
+        ours = kindex_ingest(upstream, work / "warehouse", env, regressions=not args.no_regressions)
         results.append(
             {
                 "rows": args.rows,

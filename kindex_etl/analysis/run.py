@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
+from ..memory import pin_mmap_threshold
 from ..storage import ObjectStore, open_store
 from .calibration import Calibration, default_calibration
 from .detect import release_points
@@ -106,6 +107,7 @@ def run_regressions(
     from .publish import commit_changes
 
     started = time.perf_counter()
+    pin_mmap_threshold()  # bucket after bucket of whole series: as long-running as an ingest
     store = open_store(warehouse_url, create=write)
     points: list[pa.Table] | None = [] if report else None
     cal = calibration or default_calibration()

@@ -41,6 +41,7 @@ from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import CommitRecord, Counts, FileEntry
 from kindex_etl.load.warehouse import Warehouse
 from kindex_etl.load.writers import ParquetTableWriter, RunsWriter, WrittenFile
+from kindex_etl.memory import pin_mmap_threshold
 from kindex_etl.normalize.columnar import (
     STORED_KEY_COLUMNS,
     ColumnarNormalizer,
@@ -192,10 +193,6 @@ class _Work:
     harvested_digests: set[str] = field(default_factory=set)
 
 
-# Resolved descriptors a process keeps before it drops them (see reset_descriptors).
-DESCRIPTOR_CAP = 1 << 16
-
-
 def _harvest(work: _Work, descriptors: list[Descriptor]) -> None:
     """Move the descriptors the batch's runs use out of the table's ids into `harvested`."""
     seen = work.harvested_digests
@@ -219,11 +216,15 @@ class Ingestor:
         self.catalog = catalog
         self.fresh = fresh
         self.normalizer = ColumnarNormalizer(catalog)
+        # Resolved descriptors kept before they are dropped (see reset_descriptors).
+        self.descriptor_cap = settings().descriptor_cap
         self.index = RunIndex()
         self._indexed_seq = -1
         # A process starts an ingestor once per warehouse: the moment to sweep up after runs
-        # that were killed (their work folders hold up to a batch of Parquet each).
+        # that were killed (their work folders hold up to a batch of Parquet each), and to
+        # have large frees returned to the system for the long ingest ahead.
         remove_orphaned_workdirs()
+        pin_mmap_threshold()
 
     def _rebuild_index(self) -> None:
         """Load the run keys of every committed run, so re-delivered rows become duplicates."""
@@ -412,7 +413,7 @@ class Ingestor:
             software=source.software,
         )
         self._absorb(source, rb, nb, report, work)
-        if self.normalizer.descriptors_over(DESCRIPTOR_CAP):
+        if self.normalizer.descriptors_over(self.descriptor_cap):
             _harvest(work, self.normalizer.table.descriptors)
             self.normalizer.reset_descriptors()
 

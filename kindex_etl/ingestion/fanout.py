@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from kindex_etl.catalog import Catalog, default_catalog
+from kindex_etl.config import settings
 from kindex_etl.errors import BadFile, StorageError
 from kindex_etl.extract.discover import Candidate
 from kindex_etl.extract.read import Malformed, RowBatch, count_lines, read_batches
@@ -30,8 +31,6 @@ from kindex_etl.normalize.columnar import ColumnarNormalizer
 from kindex_etl.normalize.descriptors import Descriptor
 from kindex_etl.storage import ObjectStore, open_store
 
-# Resolved descriptors a worker process keeps between tasks before it starts afresh.
-WORKER_DESCRIPTOR_CAP = 1 << 16
 # How a block travels (pickled by Dask) and waits in the committer: Arrow IPC, zstd buffers.
 # Normalized rows are ~8x their CSV (the JSON documents ~4.4x); zstd makes that ~0.6x at a
 # worker cost of ~0.6 s and a committer cost of ~0.2 s per 100k rows (measured, sample data).
@@ -154,7 +153,8 @@ def _normalizer_for(catalog: Catalog) -> ColumnarNormalizer:
     if (
         _normalizer is None
         or _normalizer[0] != catalog.version
-        or _normalizer[1].descriptors_over(WORKER_DESCRIPTOR_CAP)
+        # A worker keeps its resolved descriptors between tasks up to the same cap.
+        or _normalizer[1].descriptors_over(settings().descriptor_cap)
     ):
         _normalizer = (catalog.version, ColumnarNormalizer(catalog))
     return _normalizer[1]

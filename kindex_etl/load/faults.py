@@ -23,6 +23,7 @@ POINTS = (
     "compact_after_stage",
     "compact_after_commit",
     "compact_after_publish",
+    "compact_before_checkpoint",
     "vacuum_mid_delete",
 )
 

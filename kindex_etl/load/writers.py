@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kindex_etl.load import layout
@@ -119,8 +120,37 @@ def _offset(offsets: pa.Buffer, index: int) -> int:
     return int(np.frombuffer(offsets, dtype=np.int32, count=1, offset=index * 4)[0])
 
 
-ROW_GROUP_ROWS = 128 * 1024
-MAX_BUFFERED_ROWS = 256 * 1024
+ROW_GROUP_ROWS = 64 * 1024
+MAX_BUFFERED_ROWS = 128 * 1024
+
+
+def compact_dictionaries(table: pa.Table) -> pa.Table:
+    """The table with each dictionary column's dictionary cut down to the values it uses.
+
+    A take keeps the whole dictionary of its source. A rare release's buffer collects a few
+    rows of every block, and each would pin its block's descriptor dictionaries (about half
+    as many entries as the block has rows, on real history) until that release flushes.
+    """
+    columns = []
+    for column in table.columns:
+        if not pa.types.is_dictionary(column.type):
+            columns.append(column)
+            continue
+        chunks = []
+        for chunk in column.chunks:
+            used = np.unique(pc.drop_null(chunk.indices).to_numpy(zero_copy_only=False))
+            if len(used) == len(chunk.dictionary):
+                chunks.append(chunk)
+                continue
+            filler = int(used[0]) if len(used) else 0
+            indices = pc.fill_null(chunk.indices, filler).to_numpy(zero_copy_only=False)
+            remapped = np.searchsorted(used, indices)
+            nulls = chunk.is_null().to_numpy(zero_copy_only=False) if chunk.null_count else None
+            new_indices = pa.array(remapped, type=chunk.type.index_type, mask=nulls)
+            dictionary = chunk.dictionary.take(pa.array(used, pa.int64()))
+            chunks.append(pa.DictionaryArray.from_arrays(new_indices, dictionary))
+        columns.append(pa.chunked_array(chunks, column.type))
+    return pa.Table.from_arrays(columns, schema=table.schema)
 
 
 @dataclass
@@ -162,7 +192,8 @@ class RunsWriter:
             ends = [*bounds.tolist(), len(order)]
             for start, end in zip(starts, ends, strict=True):
                 version = encoded.dictionary[int(codes[order[start]])].as_py()
-                self._buffer(version, runs.take(pa.array(order[start:end])))
+                part = runs.take(pa.array(order[start:end]))
+                self._buffer(version, compact_dictionaries(part))
         while sum(self._pending_rows.values()) > MAX_BUFFERED_ROWS:
             self._flush(max(self._pending_rows, key=self._pending_rows.__getitem__))
 

@@ -203,6 +203,17 @@ def _file_counts(state: WarehouseState) -> dict[str, int]:
     return {t: len(files) for t, files in sorted(state.tables.items()) if files}
 
 
+def _checkpoint_compacted(warehouse: Warehouse) -> None:
+    """A checkpoint at the head when a compaction committed since the last one.
+
+    A writer's start-up reads the run files committed since the checkpoint besides its run
+    index; compacted files hold old runs too, so until the next checkpoint every start-up
+    would re-read most of the warehouse. Compaction is daily, so this checkpoint is cheap.
+    """
+    if settings().checkpoint_interval > 0 and any(r.kind == COMPACT for r in warehouse.records):
+        warehouse.maybe_checkpoint(interval=1)
+
+
 def compact(
     warehouse_url: str,
     *,
@@ -224,6 +235,7 @@ def compact(
         result = CompactResult(files_before=_file_counts(state))
         groups = plan(state, target)
         if not groups:
+            _checkpoint_compacted(warehouse)  # one that crashed before its checkpoint
             result.files_after = result.files_before
             return result
         batch = _batch_id(warehouse.head, groups)
@@ -239,6 +251,8 @@ def compact(
         warehouse.publish(record)
         fault_point("compact_after_publish")
         warehouse.update_snapshot()
+        fault_point("compact_before_checkpoint")
+        _checkpoint_compacted(warehouse)
         result.commit = seq
         result.groups = len(groups)
         result.files_retired = len(record.retires)

@@ -54,8 +54,8 @@ class LocalStore:
             raise UnsafeKey(f"unsafe object key: {key!r} leads outside {self.root}")
         return path
 
-    def _info(self, key: str, path: Path) -> ObjectInfo:
-        stat = path.stat()
+    def _info(self, key: str, path: Path | str) -> ObjectInfo:
+        stat = os.stat(path)
         return ObjectInfo(
             key=key,
             size=stat.st_size,
@@ -64,18 +64,23 @@ class LocalStore:
         )
 
     def list(self, prefix: str = "", *, start_after: str = "") -> Iterator[ObjectInfo]:
-        keys: list[tuple[str, Path]] = []
+        keys: list[tuple[str, str]] = []
         # Walk only the folder the prefix names: listing `_kindex/log/` must not walk the data.
         start = self._path(prefix.rsplit("/", 1)[0]) if "/" in prefix else self.root
+        root = str(self.root)
+        # Keys from strings, not a Path per entry: the log folder holds a file per commit, and
+        # every start-up lists it (a year of hourly commits made pathlib most of the start-up).
         for dirpath, dirnames, filenames in os.walk(start):
             dirnames.sort()
+            folder = os.path.relpath(dirpath, root).replace(os.sep, "/")
+            base = "" if folder == "." else folder + "/"
             for name in filenames:
+                key = base + name
+                if key <= start_after or not key.startswith(prefix):
+                    continue
                 if name.startswith(".kindex-tmp-") or name.endswith(".kindex-lock"):
                     continue
-                path = Path(dirpath) / name
-                key = path.relative_to(self.root).as_posix()
-                if key.startswith(prefix) and key > start_after:
-                    keys.append((key, path))
+                keys.append((key, os.path.join(dirpath, name)))
         for key, path in sorted(keys):
             with contextlib.suppress(FileNotFoundError):
                 yield self._info(key, path)

@@ -161,6 +161,9 @@ def test_dockerfiles(name: str) -> None:
     cmd = json.loads(next(arg for op, arg in ins if op == "CMD"))
     if name == "Dockerfile.etl":
         assert cmd == ["prefect", "worker", "start", "--pool", "kindex-etl"]
+        # The backfill's Dask fan-out needs the extra where the flow runs.
+        installs = [arg for op, arg in ins if op == "RUN" and "pip install" in arg]
+        assert any('".[dask]"' in arg for arg in installs), installs
     hadolint = shutil.which("hadolint")
     if hadolint:
         done = subprocess.run([hadolint, str(DEPLOY / name)], capture_output=True, text=True)

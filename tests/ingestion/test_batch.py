@@ -40,7 +40,7 @@ def test_dropping_descriptors_mid_ingest_writes_the_same_warehouse(tmp_path, mon
         resets.append(len(self.table.descriptors))
         real_reset(self)
 
-    monkeypatch.setattr(batch_module, "DESCRIPTOR_CAP", 50)
+    monkeypatch.setenv("KINDEX_DESCRIPTOR_CAP", "50")
     monkeypatch.setattr(batch_module.ColumnarNormalizer, "reset_descriptors", counted)
     dropped = _ingest(tmp_path, "dropped")
     if len(resets) < 2:

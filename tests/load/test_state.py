@@ -71,14 +71,12 @@ def test_a_checkpoint_every_n_commits_and_start_up_reads_only_the_tail(hourly):
 
 
 def test_checkpoints_hold_what_compaction_and_vacuum_change(hourly):
-    upstream, wh = hourly
-    compact(wh)  # commit 8
-    hourly_upstream(upstream, 8)
-    ingest_hourly(upstream, wh)  # commit 9: a checkpoint (6 + 3), retired files inside
-    assert open_store(wh).head(layout.checkpoint_key(9)) is not None
+    _, wh = hourly
+    compact(wh)  # commit 8, checkpointed at once (not at 6 + 3): retired files inside
+    assert open_store(wh).head(layout.checkpoint_key(8)) is not None
     fresh = open_warehouse(wh)
     fresh.refresh()
-    assert fresh.records == [] and fresh.head == 9
+    assert fresh.records == [] and fresh.head == 8
     assert fresh.state.retired  # kept for older snapshots, known without the log
     assert fresh.state.to_json() == _folded_from_whole_log(wh).to_json()
     vacuum(wh, retention=timedelta(0))
@@ -160,7 +158,8 @@ def test_without_a_usable_run_index_a_writer_reads_every_run_file(hourly):
 def test_runs_compacted_since_the_checkpoint_are_known_once(hourly, monkeypatch):
     upstream, wh = hourly
     monkeypatch.setenv("KINDEX_CHECKPOINT_INTERVAL", "100")  # the index stays the one at 6
-    compact(wh)  # commit 8: every run file replaced by compacted ones
+    with crash_at("compact_before_checkpoint"), pytest.raises(SimulatedCrash):
+        compact(wh)  # commit 8: every run file replaced by compacted ones, no checkpoint
     warehouse = open_warehouse(wh)
     warehouse.refresh()
     kept = warehouse.run_index()

@@ -8,7 +8,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from kindex_etl.load import layout
-from kindex_etl.load.writers import JsonLinesWriter, ParquetTableWriter, RunsWriter
+from kindex_etl.load.writers import (
+    JsonLinesWriter,
+    ParquetTableWriter,
+    RunsWriter,
+    compact_dictionaries,
+)
 from tests.helpers import read_jsonl_zst
 
 SCHEMA = pa.schema([("liger_version", pa.string()), ("n", pa.int64())])
@@ -98,3 +103,29 @@ def test_only_the_columns_written_as_dictionaries_get_dictionary_pages(tmp_path:
     assert pq.read_table(written.path).column("t").to_pylist()[:6] == [
         "row-0", "row-1", "row-2", "row-3", "row-4", "row-0",
     ]  # fmt: skip
+
+
+def test_a_releases_buffered_rows_keep_only_the_dictionary_entries_they_use(
+    tmp_path: Path,
+) -> None:
+    # A block mixing releases is split by release; each part's dictionaries are cut down to
+    # the entries it uses, so a rare release's buffer does not pin every block's dictionary.
+    text = pa.dictionary(pa.int32(), pa.string())
+    schema = pa.schema([("liger_version", pa.string()), ("s", text), ("n", pa.int64())])
+    words = pa.array([f"descriptor-{i:05d}" for i in range(1000)])
+    codes = pa.array([i if i % 7 else None for i in range(1000)], pa.int32())
+    table = pa.table(
+        [pa.array(["0.8.0"] * 999 + ["0.1.1"]), pa.DictionaryArray.from_arrays(codes, words),
+         pa.array(range(1000))],
+        schema=schema,
+    )  # fmt: skip
+    rare = compact_dictionaries(table.slice(994).combine_chunks().take(pa.array([4, 0, 3])))
+    column = rare.column("s").chunk(0)
+    assert rare.schema == schema and len(column.dictionary) == 2  # was 1000
+    assert rare.column("s").to_pylist() == ["descriptor-00998", None, "descriptor-00997"]
+    assert rare.column("n").to_pylist() == [998, 994, 997]
+
+    writer = RunsWriter(tmp_path, "b1", schema)
+    writer.write(table, pa.array(["{}\n"] * 1000))
+    pending = writer._pending["0.1.1"][0].column("s").chunk(0)
+    assert len(pending.dictionary) == 1 and pending.to_pylist() == ["descriptor-00999"]

@@ -20,7 +20,13 @@ from tests.maintenance import hourly_upstream, ingest_hourly, read_snapshot, run
 from tests.warehouse import data_objects, keys_under, log_records
 
 HOURS = 6
-STEPS = ("compact_after_stage", "compact_after_commit", "mid_publish", "compact_after_publish")
+STEPS = (
+    "compact_after_stage",
+    "compact_after_commit",
+    "mid_publish",
+    "compact_after_publish",
+    "compact_before_checkpoint",
+)
 
 
 @pytest.fixture
@@ -71,6 +77,17 @@ def test_compaction_keeps_every_row_and_retires_the_small_files(small_files):
     assert set(record["retires"]) == retired  # a table's only file is left as it is
     # Retired files stay for readers of older snapshots until vacuum: the old one still reads.
     assert view(wh, before) == seen_before
+
+
+def test_a_compaction_checkpoints_so_start_ups_read_none_of_its_files(small_files):
+    _, wh = small_files
+    result = compact(wh)
+    warehouse = open_warehouse(wh)
+    warehouse.refresh()
+    kept = warehouse.run_index()
+    assert warehouse.head == result.commit and warehouse.records == []
+    assert kept is not None and kept[1] == []  # nothing read besides the index
+    assert kept[0].num_rows == len(run_ids(view(wh, read_snapshot(wh)))) == HOURS * 12
 
 
 def test_compacting_compacted_data_changes_nothing(small_files):
@@ -128,6 +145,10 @@ def test_a_crash_at_any_step_leaves_exact_snapshots_and_the_next_run_finishes(
     assert kinds["compact"] == 1, kinds
     assert keys_under(wh, layout.STAGING) == set()
     assert result.commit is None or step == "compact_after_stage"
+    # Its checkpoint too: start-ups read the run index, not the compacted files.
+    warehouse = open_warehouse(wh)
+    warehouse.refresh()
+    assert all(r.kind != "compact" for r in warehouse.records)
     # And the warehouse takes new data as usual.
     hourly_upstream(upstream, HOURS + 1)
     ingest_hourly(upstream, wh)
