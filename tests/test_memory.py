@@ -30,7 +30,11 @@ print(json.dumps({"pinned": pinned, "grown_mib": (rss() - before) / 2**20}))
 
 
 def _churn(threshold: str) -> dict[str, object]:
-    env = {**os.environ, "KINDEX_MALLOC_MMAP_THRESHOLD": threshold, "PYTHONPATH": str(REPO)}
+    # Without glibc's own knobs: any MALLOC_*_ variable also stops the sliding (Dask's nanny
+    # puts MALLOC_TRIM_THRESHOLD_ into the environment of the process that starts a cluster).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    env.pop("GLIBC_TUNABLES", None)
+    env.update(KINDEX_MALLOC_MMAP_THRESHOLD=threshold, PYTHONPATH=str(REPO))
     done = subprocess.run(
         [sys.executable, "-c", _CHURN], env=env, capture_output=True, text=True, check=True
     )
