@@ -28,8 +28,10 @@ def pin_mmap_threshold() -> bool:
     """
     global _pinned
     threshold = settings().malloc_mmap_threshold
-    if threshold == 0 or _pinned == threshold:
-        return _pinned == threshold and threshold != 0
+    if threshold == 0:
+        return False
+    if _pinned == threshold:
+        return True
     name = ctypes.util.find_library("c")
     try:
         mallopt = ctypes.CDLL(name).mallopt if name else None
