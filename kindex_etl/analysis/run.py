@@ -88,11 +88,15 @@ def detect_changes(
     return result
 
 
-def points_frame(points: list[pa.Table]) -> pd.DataFrame:
+def points_table(points: list[pa.Table]) -> pa.Table:
+    """The buckets' release points as one table (no columns when there are none)."""
     parts = [p for p in points if p.num_rows]
-    if not parts:
-        return pd.DataFrame()
-    return pa.concat_tables(parts).to_pandas()
+    return pa.concat_tables(parts) if parts else pa.table({})
+
+
+def points_frame(points: list[pa.Table]) -> pd.DataFrame:
+    table = points_table(points)
+    return table.to_pandas() if table.num_rows else pd.DataFrame()
 
 
 def run_regressions(
@@ -125,7 +129,7 @@ def run_regressions(
     if report and write and points is not None:
         from ..report import write_report
 
-        result.report = write_report(store, points_frame(points), result.changes, cal, result.seq)
+        result.report = write_report(store, points_table(points), result.changes, cal, result.seq)
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -144,6 +145,35 @@ def read_parquet(store: ObjectStore, key: str, columns: list[str] | None = None)
         return pq.read_table(path, columns=columns)
     with store.open_read(key) as fh:
         return pq.read_table(pa.py_buffer(fh.read()), columns=columns)
+
+
+def iter_parquet(
+    store: ObjectStore, key: str, columns: list[str] | None = None
+) -> Iterator[pa.Table]:
+    """A Parquet object's row groups, one table each, in order."""
+    path = store.local_path(key)
+    if path is not None:
+        source: Any = pq.ParquetFile(path)
+    else:
+        with store.open_read(key) as fh:
+            source = pq.ParquetFile(pa.BufferReader(fh.read()))
+    for i in range(source.num_row_groups):
+        yield source.read_row_group(i, columns=columns)
+
+
+def _split_by_prefix(table: pa.Table, digits: int) -> Iterator[tuple[str, pa.Table]]:
+    """(bucket name, its rows in their order) for the workload digests' first `digits` hex
+    digits ("sha256:" is 7 characters); a run without a digest goes to bucket "none"."""
+    prefix = pc.utf8_slice_codeunits(table.column("workload_digest"), 7, 7 + digits)
+    encoded = prefix.combine_chunks().dictionary_encode()
+    names = [v or "none" for v in encoded.dictionary.to_pylist()]
+    codes = pc.fill_null(encoded.indices, len(names)).to_numpy(zero_copy_only=False)
+    names.append("none")
+    order = np.argsort(codes, kind="stable")
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    for start, end in zip([0, *bounds.tolist()], [*bounds.tolist(), len(order)], strict=True):
+        if start < end:
+            yield names[int(codes[order[start]])], table.take(pa.array(order[start:end]))
 
 
 @dataclass(frozen=True)
@@ -302,19 +332,17 @@ class RunSource:
         with tempfile.TemporaryDirectory(prefix="kindex-series-") as tmp:
             writers: dict[str, ipc.RecordBatchFileWriter] = {}
             schema: pa.Schema | None = None
-            # "sha256:" is 7 characters: the bucket is the digest's first `digits` hex digits.
+            # A row group at a time (a compacted release file holds a million runs or more),
+            # each split into its buckets by one sort, not one filter pass per bucket.
             for key in files:
-                table = read_parquet(self.store, key, cols)
-                if schema is None:
-                    schema = table.schema
-                table = table.cast(schema)
-                prefix = pc.utf8_slice_codeunits(table.column("workload_digest"), 7, 7 + digits)
-                for value in pc.unique(prefix).to_pylist():
-                    part = table.filter(pc.equal(prefix, value))
-                    name = value or "none"
-                    if name not in writers:
-                        writers[name] = ipc.new_file(Path(tmp, f"{name}.arrow"), schema)
-                    writers[name].write_table(part)
+                for table in iter_parquet(self.store, key, cols):
+                    if schema is None:
+                        schema = table.schema
+                    table = table.cast(schema)
+                    for name, part in _split_by_prefix(table, digits):
+                        if name not in writers:
+                            writers[name] = ipc.new_file(Path(tmp, f"{name}.arrow"), schema)
+                        writers[name].write_table(part)
             for w in writers.values():
                 w.close()
             for name in sorted(writers):

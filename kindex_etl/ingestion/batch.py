@@ -23,7 +23,6 @@ from typing import IO
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kindex_etl.catalog import Catalog
 from kindex_etl.config import settings
@@ -46,6 +45,7 @@ from kindex_etl.normalize.columnar import (
     STORED_KEY_COLUMNS,
     ColumnarNormalizer,
     NormalizedBatch,
+    PreparedBatch,
 )
 from kindex_etl.normalize.dedup import RunIndex
 from kindex_etl.normalize.descriptors import Descriptor
@@ -176,11 +176,17 @@ def batch_id(base_seq: int, sources: Iterable[Source], salt: str) -> str:
 
 @dataclass
 class _Work:
-    """The files and tallies of the batch being processed."""
+    """The files and tallies of the batch being processed.
+
+    Kept rows become run columns and documents on the builder thread, files on the writer
+    thread. Every write goes through the builder, so files get their rows in the order the
+    normalizing thread handed them over, whatever the threads' timing.
+    """
 
     runs: RunsWriter
     quarantine: ParquetTableWriter
-    background: Background = field(default_factory=Background)
+    builder: Background = field(default_factory=partial(Background, "kindex-builder"))
+    writer: Background = field(default_factory=partial(Background, "kindex-writer"))
     reasons: Counter[str] = field(default_factory=Counter)
     versions: set[str] = field(default_factory=set)
     descriptor_ids: set[int] = field(default_factory=set)
@@ -191,6 +197,25 @@ class _Work:
     # use, one descriptor that carries it: what the batch's descriptor tables are written from.
     harvested: list[Descriptor] = field(default_factory=list)
     harvested_digests: set[str] = field(default_factory=set)
+
+
+def _write(work: _Work, job: Callable[[], None]) -> None:
+    """Hand `job` to the writer in order: behind what the builder is still making."""
+    work.builder.submit(partial(work.writer.submit, job))
+
+
+def _stop(work: _Work) -> None:
+    """Wait for the builder, then the writer; either's error is raised here."""
+    try:
+        work.builder.close()
+    finally:
+        # Whatever the builder did, the writer must be gone before the work folder is.
+        work.writer.close()
+
+
+def _abort(work: _Work) -> None:
+    work.builder.abort()
+    work.writer.abort()
 
 
 def _harvest(work: _Work, descriptors: list[Descriptor]) -> None:
@@ -312,7 +337,7 @@ class Ingestor:
             try:
                 if carry is not None and carry.num_rows:
                     # Held-back rows that a replay cannot change (malformed, bad files) stay open.
-                    work.background.submit(partial(work.quarantine.write, carry))
+                    _write(work, partial(work.quarantine.write, carry))
                 for source in sources:
                     report = ObjectReport(
                         key=source.key,
@@ -325,11 +350,11 @@ class Ingestor:
                         self._reject(source, report, work, rejected[source.key])
                     else:
                         self._read_source(source, report, work)
-                work.background.close()
+                _stop(work)
             finally:
-                # The writer thread must be gone before its folder is: else it writes a file
-                # into a removed folder, recreating it after the cleanup.
-                work.background.abort()
+                # The threads must be gone before their folder is: else the writer writes a
+                # file into a removed folder, recreating it after the cleanup.
+                _abort(work)
             if (
                 unchanged_if is not None
                 and work.held == unchanged_if
@@ -402,17 +427,17 @@ class Ingestor:
         rejection = held_back_without_row(
             source.key, source.etag, source.software, [None], bad.reason, [bad.detail]
         )
-        work.background.submit(partial(work.quarantine.write, rejection))
+        _write(work, partial(work.quarantine.write, rejection))
 
     def _one_batch(self, source: Source, rb: RowBatch, report: ObjectReport, work: _Work) -> None:
-        nb = self.normalizer.normalize(
+        prepared = self.normalizer.prepare(
             rb.batch,
             source_key=source.key,
             source_etag=source.etag,
             lines=rb.lines,
             software=source.software,
         )
-        self._absorb(source, rb, nb, report, work)
+        self._absorb(source, rb, prepared, report, work)
         if self.normalizer.descriptors_over(self.descriptor_cap):
             _harvest(work, self.normalizer.table.descriptors)
             self.normalizer.reset_descriptors()
@@ -421,11 +446,12 @@ class Ingestor:
         self,
         source: Source,
         rb: RowBatch,
-        nb: NormalizedBatch,
+        nb: PreparedBatch | NormalizedBatch,
         report: ObjectReport,
         work: _Work,
     ) -> None:
-        """Classify a normalized block against the run index, tally it, hand it to the writer.
+        """Classify a block against the run index, tally it, hand its kept rows on to be built
+        and written.
 
         `work.descriptor_ids` gathers the indices (into whichever descriptor list `nb` was
         made against) of the descriptors its kept runs use; the caller harvests them.
@@ -437,7 +463,7 @@ class Ingestor:
         held = [nb.quarantine]
         if result.conflict.any():
             idx = nb.good[result.conflict]
-            ext = nb.runs.column("external_id").filter(pa.array(result.conflict)).to_pylist()
+            ext = nb.external_ids(result.conflict)
             held.append(
                 quarantine_table(
                     rb.batch,
@@ -465,21 +491,22 @@ class Ingestor:
         work.reasons.update(q.column("reason").to_pylist())
         if work.held is not None:
             work.held.update(held_keys(q))
-        keep = pa.array(result.keep)
-        runs = nb.runs.filter(keep)
-        lines = nb.json_lines.filter(keep)
-        work.descriptor_ids.update(np.unique(nb.descriptor_ids[result.keep]).tolist())
-        work.versions.update(pc.unique(runs.column("liger_version").cast(pa.string())).to_pylist())
-        report.runs += runs.num_rows
+        keep = result.keep
+        kept = int(keep.sum())
+        work.descriptor_ids.update(np.unique(nb.descriptor_ids[keep]).tolist())
+        work.versions.update(nb.versions(keep))
+        report.runs += kept
         report.duplicates += int(result.duplicate.sum())
         report.quarantined += q.num_rows
 
-        def write() -> None:
-            work.runs.write(runs, lines)
+        def build() -> None:  # on the builder thread
+            if kept:
+                runs, lines = nb.build(keep)
+                work.writer.submit(partial(work.runs.write, runs, lines))
             if q.num_rows:
-                work.quarantine.write(q)
+                work.writer.submit(partial(work.quarantine.write, q))
 
-        work.background.submit(write)
+        work.builder.submit(build)
 
     def _close(self, work: _Work, workdir: Path, batch: str) -> list[WrittenFile]:
         files: list[WrittenFile] = work.runs.close()

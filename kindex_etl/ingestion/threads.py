@@ -1,7 +1,7 @@
-"""Overlapping the stages on a few cores: a read-ahead iterator and one writer thread.
+"""Overlapping the stages on a few cores: a read-ahead iterator and worker threads in a chain.
 
 pyarrow parses, computes, compresses and writes without the GIL, so a reader thread, the
-normalizing thread and a writer thread really run at once; short queues keep memory bounded.
+normalizing thread, a builder and a writer really run at once; short queues keep memory bounded.
 """
 
 from __future__ import annotations
@@ -16,12 +16,16 @@ T = TypeVar("T")
 
 
 class Background:
-    """One writer thread, fed through a short queue so memory stays bounded."""
+    """One worker thread running jobs in order, fed through a short queue (bounded memory).
 
-    def __init__(self) -> None:
+    A job's error is raised in the submitting thread, at its next `submit` or at `close`;
+    the jobs after it are skipped.
+    """
+
+    def __init__(self, name: str = "kindex-writer") -> None:
         self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue(maxsize=1)
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="kindex-writer", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:

@@ -124,13 +124,51 @@ ROW_GROUP_ROWS = 64 * 1024
 MAX_BUFFERED_ROWS = 128 * 1024
 
 
-def compact_dictionaries(table: pa.Table) -> pa.Table:
-    """The table with each dictionary column's dictionary cut down to the values it uses.
+def take_compact(table: pa.Table, rows: np.ndarray) -> pa.Table:
+    """`table.take(rows)`, each dictionary column's dictionary cut to the values those rows use.
 
     A take keeps the whole dictionary of its source. A rare release's buffer collects a few
     rows of every block, and each would pin its block's descriptor dictionaries (about half
     as many entries as the block has rows, on real history) until that release flushes.
+    The normalizer's descriptor columns share one index array: their indices are taken and
+    remapped once, not once per column.
     """
+    picked = pa.array(rows, pa.int64())
+    remapped: dict[tuple[int, int, int, int], tuple[pa.Array, pa.Array]] = {}
+    columns = []
+    for column in table.columns:
+        if not pa.types.is_dictionary(column.type):
+            columns.append(column.take(picked))
+            continue
+        if column.num_chunks != 1:
+            taken = pa.table({"c": column.take(picked)})
+            columns.append(compact_dictionaries(taken).column(0))
+            continue
+        chunk = column.chunk(0)
+        validity, data = chunk.indices.buffers()
+        assert data is not None
+        same = (data.address, validity.address if validity else 0, chunk.offset, len(chunk))
+        if same not in remapped:
+            remapped[same] = _remap(chunk.indices.take(picked))
+        indices, used = remapped[same]
+        whole = len(used) == len(chunk.dictionary)
+        dictionary = chunk.dictionary if whole else chunk.dictionary.take(used)
+        columns.append(pa.chunked_array([pa.DictionaryArray.from_arrays(indices, dictionary)]))
+    return pa.Table.from_arrays(columns, schema=table.schema)
+
+
+def _remap(indices: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """(indices into the used entries only, the used entries' old positions)."""
+    used = np.unique(pc.drop_null(indices).to_numpy(zero_copy_only=False))
+    filler = int(used[0]) if len(used) else 0
+    dense = pc.fill_null(indices, filler).to_numpy(zero_copy_only=False)
+    nulls = indices.is_null().to_numpy(zero_copy_only=False) if indices.null_count else None
+    new = pa.array(np.searchsorted(used, dense), type=indices.type, mask=nulls)
+    return new, pa.array(used, pa.int64())
+
+
+def compact_dictionaries(table: pa.Table) -> pa.Table:
+    """The table with each dictionary column's dictionary cut down to the values it uses."""
     columns = []
     for column in table.columns:
         if not pa.types.is_dictionary(column.type):
@@ -138,17 +176,11 @@ def compact_dictionaries(table: pa.Table) -> pa.Table:
             continue
         chunks = []
         for chunk in column.chunks:
-            used = np.unique(pc.drop_null(chunk.indices).to_numpy(zero_copy_only=False))
+            indices, used = _remap(chunk.indices)
             if len(used) == len(chunk.dictionary):
                 chunks.append(chunk)
                 continue
-            filler = int(used[0]) if len(used) else 0
-            indices = pc.fill_null(chunk.indices, filler).to_numpy(zero_copy_only=False)
-            remapped = np.searchsorted(used, indices)
-            nulls = chunk.is_null().to_numpy(zero_copy_only=False) if chunk.null_count else None
-            new_indices = pa.array(remapped, type=chunk.type.index_type, mask=nulls)
-            dictionary = chunk.dictionary.take(pa.array(used, pa.int64()))
-            chunks.append(pa.DictionaryArray.from_arrays(new_indices, dictionary))
+            chunks.append(pa.DictionaryArray.from_arrays(indices, chunk.dictionary.take(used)))
         columns.append(pa.chunked_array(chunks, column.type))
     return pa.Table.from_arrays(columns, schema=table.schema)
 
@@ -192,8 +224,7 @@ class RunsWriter:
             ends = [*bounds.tolist(), len(order)]
             for start, end in zip(starts, ends, strict=True):
                 version = encoded.dictionary[int(codes[order[start]])].as_py()
-                part = runs.take(pa.array(order[start:end]))
-                self._buffer(version, compact_dictionaries(part))
+                self._buffer(version, take_compact(runs, order[start:end]))
         while sum(self._pending_rows.values()) > MAX_BUFFERED_ROWS:
             self._flush(max(self._pending_rows, key=self._pending_rows.__getitem__))
 

@@ -186,12 +186,15 @@ class DescriptorTable:
         return dict(zip(taken.schema.names, taken.columns, strict=True))
 
     def _convert_new(self) -> None:
-        if self._size == len(self.descriptors):
+        # In an ingest this runs on the builder thread while the normalizing thread may append
+        # descriptors: convert up to a length read once (what it asked for is in it).
+        end = len(self.descriptors)
+        if self._size == end:
             return
-        added = _descriptor_columns(self.descriptors[self._size :])
+        added = _descriptor_columns(self.descriptors[self._size : end])
         self._chunks.append(pa.RecordBatch.from_pydict(added))
         self._starts.append(self._size)
-        self._size = len(self.descriptors)
+        self._size = end
         while len(self._chunks) > 1 and (
             self._chunks[-2].num_rows <= 2 * self._chunks[-1].num_rows
         ):
@@ -224,6 +227,68 @@ class NormalizedBatch:
     keys: np.ndarray  # per valid row: uint64 run key
     fingerprints: np.ndarray  # per valid row
     good: np.ndarray  # per valid row: its index in the input batch
+
+    # What an ingest asks of a batch, as PreparedBatch answers it (runs already built).
+    def versions(self, keep: np.ndarray) -> set[str]:
+        column = self.runs.column("liger_version").filter(pa.array(keep)).cast(pa.string())
+        return set(pc.unique(column).to_pylist())
+
+    def external_ids(self, mask: np.ndarray) -> list[str]:
+        return cast(list[str], self.runs.column("external_id").filter(pa.array(mask)).to_pylist())
+
+    def build(self, keep: np.ndarray | None = None) -> tuple[pa.Table, pa.StringArray]:
+        if keep is None:
+            return self.runs, self.json_lines
+        mask = pa.array(keep)
+        return self.runs.filter(mask), self.json_lines.filter(mask)
+
+
+@dataclass
+class PreparedBatch:
+    """A batch normalized as far as dedup needs: run keys, fingerprints, held-back rows.
+
+    The runs' columns and documents (most of the per-row work, nearly all of it Arrow compute
+    that releases the GIL) are made by `build`, for the rows dedup keeps: in an ingest on a
+    thread of its own, beside the next batch's descriptor lookups. It holds the descriptor
+    table it was prepared against, which stays valid after the normalizer resets its own.
+    """
+
+    keys: np.ndarray  # per valid row: uint64 run key
+    fingerprints: np.ndarray  # per valid row
+    descriptor_ids: np.ndarray  # per valid row, index into `table.descriptors`
+    good: np.ndarray  # per valid row: its index in the input batch
+    quarantine: pa.Table  # QUARANTINE_SCHEMA
+    table: DescriptorTable
+    values: dict[str, np.ndarray]  # per input row, by quantile
+    stamps: Timestamps
+    ts_codes: np.ndarray  # per valid row, into `stamps`
+    source_key: str
+    source_etag: str
+    lines: np.ndarray  # per input row
+
+    def versions(self, keep: np.ndarray) -> set[str]:
+        """The releases of the kept rows."""
+        found = self.table.descriptors
+        return {found[i].key.liger_version for i in np.unique(self.descriptor_ids[keep])}
+
+    def external_ids(self, mask: np.ndarray) -> list[str]:
+        """externalIds of the rows `mask` picks (the same text `build` writes)."""
+        found = self.table.descriptors
+        slugs = self.stamps.slug
+        return [
+            f"{found[g].series_id}/{slugs[int(c)].as_py()}"
+            for g, c in zip(self.descriptor_ids[mask], self.ts_codes[mask], strict=True)
+        ]
+
+    def build(self, keep: np.ndarray | None = None) -> tuple[pa.Table, pa.StringArray]:
+        """The runs (RUN_WRITE_SCHEMA) and their JSON lines, for the rows `keep` picks (all)."""
+        good, gid, ts_codes = self.good, self.descriptor_ids, self.ts_codes
+        if keep is not None:
+            good, gid, ts_codes = good[keep], gid[keep], ts_codes[keep]
+        return _build_runs(
+            self.table, good, gid, self.values, self.source_key, self.source_etag, self.lines,
+            self.stamps, ts_codes,
+        )  # fmt: skip
 
 
 def _encoded(column: pa.ChunkedArray) -> pa.DictionaryArray:
@@ -380,16 +445,17 @@ class ColumnarNormalizer:
         return len(self.table.descriptors) > cap
 
     def reset_descriptors(self) -> None:
-        """Forget the resolved descriptors (ids start again at 0); keeps the resolver's caches.
+        """Forget the resolved descriptors (ids start again at 0) and the resolver's caches.
 
         Memory for descriptors grows with distinct (kernel, provider, pass, metric, x, config,
         GPU, release) keys, which on real history is about half the rows: a long ingest
-        drops them now and then and resolves again what comes back. Series numbers (and so
-        run keys) are kept: they must not change within a process.
+        drops them now and then and resolves again what comes back. The resolver's caches
+        (shared parts per kernel, pass, provider, GPU and release; workloads) grow with the
+        same keys, more slowly: kept across resets they were most of the growth from 5M to
+        20M rows. Rebuilding them costs a few thousand hashes per reset. Series numbers (and
+        so run keys) are kept: they must not change within a process.
         """
-        resolver = self.table.resolver
         self.table = DescriptorTable(self.table.catalog)
-        self.table.resolver = resolver
         self._series_of = []
         self._ident_of = []
 
@@ -473,6 +539,31 @@ class ColumnarNormalizer:
         lines: np.ndarray,
         software: str = "",
     ) -> NormalizedBatch:
+        """Every valid row of `batch` as a run, with its document; the rest held back."""
+        prepared = self.prepare(
+            batch, source_key=source_key, source_etag=source_etag, lines=lines, software=software
+        )
+        runs, json_lines = prepared.build()
+        return NormalizedBatch(
+            runs=runs,
+            json_lines=json_lines,
+            quarantine=prepared.quarantine,
+            descriptor_ids=prepared.descriptor_ids,
+            keys=prepared.keys,
+            fingerprints=prepared.fingerprints,
+            good=prepared.good,
+        )
+
+    def prepare(
+        self,
+        batch: pa.RecordBatch,
+        *,
+        source_key: str,
+        source_etag: str,
+        lines: np.ndarray,
+        software: str = "",
+    ) -> PreparedBatch:
+        """`normalize` up to what dedup needs; `PreparedBatch.build` makes the runs."""
         n = batch.num_rows
         gids, reject_reasons, reject_details = self._descriptor_ids(batch, software)
         reason: list[str | None] = [None] * n
@@ -532,10 +623,20 @@ class ColumnarNormalizer:
             lines,
             software,
         )
-        return self._build(
-            good, gid, keys, fps, values, quarantine, source_key, source_etag, lines,
-            stamps, ts_codes[good],
-        )  # fmt: skip
+        return PreparedBatch(
+            keys=keys,
+            fingerprints=fps,
+            descriptor_ids=gid,
+            good=good,
+            quarantine=quarantine,
+            table=self.table,
+            values=values,
+            stamps=stamps,
+            ts_codes=ts_codes[good],
+            source_key=source_key,
+            source_etag=source_etag,
+            lines=lines,
+        )
 
     def _out_of_range(
         self,
@@ -569,100 +670,89 @@ class ColumnarNormalizer:
             out |= wrong & ~bad
         return out
 
-    def _build(
-        self,
-        good: np.ndarray,
-        gid: np.ndarray,
-        keys: np.ndarray,
-        fps: np.ndarray,
-        values: dict[str, np.ndarray],
-        quarantine: pa.Table,
-        source_key: str,
-        source_etag: str,
-        lines: np.ndarray,
-        stamps: Timestamps,
-        ts_codes: np.ndarray,
-    ) -> NormalizedBatch:
-        # A batch's dictionaries hold only the descriptors it uses: with the whole process's
-        # descriptor columns as dictionary, every batch waiting in the release buffers pinned
-        # its own full copy (batches x descriptors, ~5 KB per run on varied data).
-        used, inverse = np.unique(gid, return_inverse=True)
-        codes = pa.array(inverse.reshape(-1), pa.int32())
-        cols = self.table.columns_of(used)
-        take = codes
-        ts_take = pa.array(ts_codes, pa.int64())
-        n = len(good)
-        is_speed = cols["is_speed"].take(take)
-        scale = pc.if_else(is_speed, float(NS_PER_MS), float(MIB))
-        raw = {q: pa.array(values[q][good], pa.float64()) for q in values}
-        finite = {q: pc.is_finite(raw[q]) for q in raw}
-        scaled = {
-            q: pc.if_else(
-                finite[q],
-                pc.cast(pc.round(pc.multiply(raw[q], scale)), pa.int64(), safe=False),
-                None,
+
+def _build_runs(
+    table: DescriptorTable,
+    good: np.ndarray,
+    gid: np.ndarray,
+    values: dict[str, np.ndarray],
+    source_key: str,
+    source_etag: str,
+    lines: np.ndarray,
+    stamps: Timestamps,
+    ts_codes: np.ndarray,
+) -> tuple[pa.Table, pa.StringArray]:
+    """The run columns and documents of rows `good` (descriptors `gid`, timestamps `ts_codes`)."""
+    # A batch's dictionaries hold only the descriptors it uses: with the whole process's
+    # descriptor columns as dictionary, every batch waiting in the release buffers pinned
+    # its own full copy (batches x descriptors, ~5 KB per run on varied data).
+    used, inverse = np.unique(gid, return_inverse=True)
+    codes = pa.array(inverse.reshape(-1), pa.int32())
+    cols = table.columns_of(used)
+    take = codes
+    ts_take = pa.array(ts_codes, pa.int64())
+    n = len(good)
+    is_speed = cols["is_speed"].take(take)
+    scale = pc.if_else(is_speed, float(NS_PER_MS), float(MIB))
+    raw = {q: pa.array(values[q][good], pa.float64()) for q in values}
+    finite = {q: pc.is_finite(raw[q]) for q in raw}
+    scaled = {
+        q: pc.if_else(
+            finite[q],
+            pc.cast(pc.round(pc.multiply(raw[q], scale)), pa.int64(), safe=False),
+            None,
+        )
+        for q in raw
+    }
+    all_finite = pc.and_(pc.and_(finite["50"], finite["20"]), finite["80"])
+    status = pc.if_else(all_finite, "passed", "failed")
+    ts_slug = stamps.slug.take(ts_take)
+    observed = stamps.observed.take(ts_take)
+    names = pc.utf8_rtrim(
+        pc.utf8_slice_codeunits(
+            pc.binary_join_element_wise(cols["name_prefix"].take(take), ts_slug, "-"), 0, 100
+        ),
+        characters="-",
+    )
+    external = pc.binary_join_element_wise(cols["series_id"].take(take), ts_slug, "/")
+
+    json_lines = run_documents(cols, take, is_speed, names, observed, ts_slug, raw, finite, scaled)
+
+    table_cols: dict[str, Any] = {}
+    for f in RUN_SCHEMA:
+        if f.name in cols:
+            # Per-descriptor columns stay dictionary-encoded: no per-row copy of strings,
+            # and Parquet stores them as dictionary pages anyway.
+            column = cols[f.name]
+            # Parquet cannot write a null inside a dictionary: such columns (dtype of an
+            # unknown kernel) take the plain path and are encoded by the writer's cast.
+            table_cols[f.name] = (
+                pa.DictionaryArray.from_arrays(codes, column)
+                if pa.types.is_string(column.type) and column.null_count == 0
+                else column.take(take)
             )
-            for q in raw
-        }
-        all_finite = pc.and_(pc.and_(finite["50"], finite["20"]), finite["80"])
-        status = pc.if_else(all_finite, "passed", "failed")
-        ts_slug = stamps.slug.take(ts_take)
-        observed = stamps.observed.take(ts_take)
-        names = pc.utf8_rtrim(
-            pc.utf8_slice_codeunits(
-                pc.binary_join_element_wise(cols["name_prefix"].take(take), ts_slug, "-"), 0, 100
-            ),
-            characters="-",
-        )
-        external = pc.binary_join_element_wise(cols["series_id"].take(take), ts_slug, "/")
-
-        json_lines = run_documents(
-            cols, take, is_speed, names, observed, ts_slug, raw, finite, scaled
-        )
-
-        table_cols: dict[str, Any] = {}
-        for f in RUN_SCHEMA:
-            if f.name in cols:
-                # Per-descriptor columns stay dictionary-encoded: no per-row copy of strings,
-                # and Parquet stores them as dictionary pages anyway.
-                column = cols[f.name]
-                # Parquet cannot write a null inside a dictionary: such columns (dtype of an
-                # unknown kernel) take the plain path and are encoded by the writer's cast.
-                table_cols[f.name] = (
-                    pa.DictionaryArray.from_arrays(codes, column)
-                    if pa.types.is_string(column.type) and column.null_count == 0
-                    else column.take(take)
-                )
-        observed_at = stamps.timestamp.take(ts_take)
-        table_cols.update(
-            external_id=external,
-            name=names,
-            status=status,
-            observed_at=observed_at,
-            value_median=scaled["50"],
-            value_p20=scaled["20"],
-            value_p80=scaled["80"],
-            source_p50=pc.if_else(finite["50"], raw["50"], None),
-            source_p20=pc.if_else(finite["20"], raw["20"], None),
-            source_p80=pc.if_else(finite["80"], raw["80"], None),
-            **{
-                f"{UNIT_COLUMNS[metric]}_{q}": pc.if_else(
-                    is_speed if metric == "speed" else pc.invert(is_speed), scaled[src], None
-                )
-                for metric in UNIT_COLUMNS
-                for q, src in zip(QUANTILES, ("50", "20", "80"), strict=True)
-            },
-            source_key=pa.array([source_key] * n, pa.string()),
-            source_etag=pa.array([source_etag] * n, pa.string()),
-            source_row=pa.array(lines[good], pa.int64()),
-        )
-        runs = pa.table([table_cols[f.name] for f in RUN_SCHEMA], schema=RUN_WRITE_SCHEMA)
-        return NormalizedBatch(
-            runs=runs,
-            json_lines=json_lines,
-            quarantine=quarantine,
-            descriptor_ids=gid,
-            keys=keys,
-            fingerprints=fps,
-            good=good,
-        )
+    observed_at = stamps.timestamp.take(ts_take)
+    table_cols.update(
+        external_id=external,
+        name=names,
+        status=status,
+        observed_at=observed_at,
+        value_median=scaled["50"],
+        value_p20=scaled["20"],
+        value_p80=scaled["80"],
+        source_p50=pc.if_else(finite["50"], raw["50"], None),
+        source_p20=pc.if_else(finite["20"], raw["20"], None),
+        source_p80=pc.if_else(finite["80"], raw["80"], None),
+        **{
+            f"{UNIT_COLUMNS[metric]}_{q}": pc.if_else(
+                is_speed if metric == "speed" else pc.invert(is_speed), scaled[src], None
+            )
+            for metric in UNIT_COLUMNS
+            for q, src in zip(QUANTILES, ("50", "20", "80"), strict=True)
+        },
+        source_key=pa.array([source_key] * n, pa.string()),
+        source_etag=pa.array([source_etag] * n, pa.string()),
+        source_row=pa.array(lines[good], pa.int64()),
+    )
+    runs = pa.table([table_cols[f.name] for f in RUN_SCHEMA], schema=RUN_WRITE_SCHEMA)
+    return runs, json_lines

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from html import escape
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..analysis.calibration import STEPS, Calibration
 from ..analysis.compare import compare_baseline
@@ -238,9 +240,10 @@ def kernel_page(
 
 
 def index_page(
-    frame: pd.DataFrame, changes: list[dict[str, Any]], cal: Calibration, seq: int | None
+    series: dict[str, int], changes: list[dict[str, Any]], cal: Calibration, seq: int | None
 ) -> str:
-    kernels = sorted(set(frame["kernel"])) if not frame.empty else []
+    """The front page; `series`: kernel -> how many series it has."""
+    kernels = sorted(series)
     alerts = [c for c in changes if c["state"] == "alert"]
     per_kernel: dict[str, int] = {}
     for c in alerts:
@@ -248,13 +251,13 @@ def index_page(
     items = "".join(
         f'<tr class="{"alert" if per_kernel.get(k) else ""}"><td>'
         f'<a href="{slug(k)}.html">{escape(k)}</a></td>'
-        f"<td>{frame[frame['kernel'] == k]['series_key'].nunique()}</td>"
+        f"<td>{series[k]}</td>"
         f"<td>{per_kernel.get(k, 0)}</td></tr>"
         for k in kernels
     )
     body = [
         "<h1>Kernel benchmarks: regressions and comparisons</h1>",
-        f'<p class="note">Warehouse commit {seq}; {frame["series_key"].nunique() if kernels else 0}'
+        f'<p class="note">Warehouse commit {seq}; {sum(series.values())}'
         f" series, {len(alerts)} alerts.</p>",
         "<h2>Alerts</h2>",
         _changes_table(alerts, link=True),
@@ -269,29 +272,48 @@ def index_page(
 
 
 def build_report(
-    frame: pd.DataFrame, changes: list[dict[str, Any]], cal: Calibration, seq: int | None = None
+    points: pd.DataFrame | pa.Table,
+    changes: list[dict[str, Any]],
+    cal: Calibration,
+    seq: int | None = None,
 ) -> dict[str, str]:
-    """Page name -> HTML: `index.html` and `<kernel>.html` for every kernel with runs."""
-    pages = {"index.html": index_page(frame, changes, cal, seq)}
-    if frame.empty:
-        return pages
-    speedups = compare_baseline(frame, min_effect=cal.settings.min_effect)
-    by_kernel: dict[str, list[dict[str, Any]]] = {}
-    for r in frame.to_dict("records"):
-        by_kernel.setdefault(str(r["kernel"]), []).append(r)
-    for k, records in sorted(by_kernel.items()):
+    """Page name -> HTML: `index.html` and `<kernel>.html` for every kernel with runs.
+
+    Every page but the index is one kernel's, so the release points are made Python objects
+    one kernel at a time: all of them at once (a million points after 20M runs) were most of
+    a large warehouse's report memory.
+    """
+    pages: dict[str, str] = {}
+    series: dict[str, int] = {}
+    for k, frame in _kernel_frames(points):
+        series[k] = int(frame["series_key"].nunique())
+        speedups = compare_baseline(frame, min_effect=cal.settings.min_effect)
         pages[f"{slug(k)}.html"] = kernel_page(
             k,
-            records,
+            frame.to_dict("records"),
             [c for c in changes if c["kernel"] == k],
             [s for s in speedups if s["kernel"] == k],
         )
-    return pages
+    return {"index.html": index_page(series, changes, cal, seq), **pages}
+
+
+def _kernel_frames(points: pd.DataFrame | pa.Table) -> Iterator[tuple[str, pd.DataFrame]]:
+    """(kernel, its release points as pandas), by kernel name."""
+    if isinstance(points, pd.DataFrame):
+        if not points.empty:
+            for k, frame in points.groupby("kernel", sort=True):
+                yield str(k), frame
+        return
+    if not points.num_rows:
+        return
+    column = points.column("kernel")
+    for k in sorted(pc.unique(column).to_pylist()):
+        yield str(k), points.filter(pc.equal(column, k)).to_pandas()
 
 
 def write_report(
     store: ObjectStore,
-    frame: pd.DataFrame,
+    frame: pd.DataFrame | pa.Table,
     changes: list[dict[str, Any]],
     cal: Calibration,
     seq: int | None = None,

@@ -6,13 +6,17 @@ import hashlib
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 import rfc8785
 
 from kindex_etl.analysis.run import detect_changes
 from kindex_etl.analysis.series import (
     SERIES_FIELDS,
     RunSource,
+    _split_by_prefix,
+    iter_parquet,
     series_key,
     software_class,
     version_order,
@@ -151,3 +155,22 @@ def test_spilled_buckets_hold_whole_series_and_find_the_same(tmp_path: Path) -> 
     spilled = detect_changes(store, bucket_rows=4).changes
     assert len(whole) == 5
     assert whole == spilled
+
+
+def test_runs_are_spilled_a_row_group_at_a_time_into_prefix_buckets(tmp_path: Path) -> None:
+    # A compacted release file holds a million runs or more: it is read a row group at a
+    # time, and each group is split by the workload digest's leading hex digits in one sort,
+    # every bucket keeping its rows in file order.
+    digests = ["sha256:ab01", "sha256:cd02", None, "sha256:ab03", "sha256:cd04", "sha256:ab05"]
+    table = pa.table({"workload_digest": digests, "n": list(range(6))})
+    pq.write_table(table, tmp_path / "runs.parquet", row_group_size=4)
+    store = open_store(str(tmp_path))
+    groups = list(iter_parquet(store, "runs.parquet"))
+    assert [g.num_rows for g in groups] == [4, 2]
+    assert pa.concat_tables(groups).equals(table)
+
+    def parts(group: pa.Table) -> list[tuple[str, list[int]]]:
+        return sorted((name, p.column("n").to_pylist()) for name, p in _split_by_prefix(group, 2))
+
+    assert parts(groups[0]) == [("ab", [0, 3]), ("cd", [1]), ("none", [2])]
+    assert parts(groups[1]) == [("ab", [5]), ("cd", [4])]

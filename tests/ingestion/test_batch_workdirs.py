@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from kindex_etl import IngestOptions, ingest
 from kindex_etl.ingestion.batch import WorkDir, remove_orphaned_workdirs
 from kindex_etl.load.writers import RunsWriter
+from kindex_etl.normalize.columnar import PreparedBatch
 from tests.helpers import REPO, row, seed_row, write_csv
 
 
@@ -44,6 +46,37 @@ def test_successful_and_failed_batches_leave_no_work_folder(tmp_path, tmpdir_roo
         ingest(str(tmp_path / "up"), str(tmp_path / "wh"), IngestOptions(trigger=False))
     time.sleep(0.1)  # a writer thread left running would recreate its folder by now
     assert _kindex_dirs(tmpdir_root) == []
+
+
+def test_a_failure_on_the_builder_thread_commits_nothing_and_leaves_no_folder(
+    tmp_path, tmpdir_root, monkeypatch
+):
+    # Kept rows become run columns on the builder thread, between the normalizing thread and
+    # the writer: its error must come out of the ingest like the writer's, with nothing half
+    # committed, and neither thread left to recreate the folder.
+    write_csv(tmp_path / "up" / "a.csv", [seed_row()])
+    ingest(str(tmp_path / "up"), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    head = sorted(p.name for p in (tmp_path / "wh" / "_kindex" / "log").iterdir())
+    threads: list[str] = []
+    real_build = PreparedBatch.build
+
+    def fail(self, keep=None):
+        threads.append(threading.current_thread().name)
+        time.sleep(0.05)
+        raise MemoryError("builder out of memory")
+
+    monkeypatch.setattr(PreparedBatch, "build", fail)
+    write_csv(tmp_path / "up" / "b.csv", [row(timestamp="2026-06-11 10:00:00")])
+    with pytest.raises(MemoryError, match="builder out of memory"):
+        ingest(str(tmp_path / "up"), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    assert threads == ["kindex-builder"]
+    time.sleep(0.1)
+    assert _kindex_dirs(tmpdir_root) == []
+    assert sorted(p.name for p in (tmp_path / "wh" / "_kindex" / "log").iterdir()) == head
+
+    monkeypatch.setattr(PreparedBatch, "build", real_build)
+    summary = ingest(str(tmp_path / "up"), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    assert summary.runs_written == 1
 
 
 def test_orphans_are_removed_and_live_folders_kept(tmpdir_root):

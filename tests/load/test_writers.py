@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -13,6 +14,7 @@ from kindex_etl.load.writers import (
     ParquetTableWriter,
     RunsWriter,
     compact_dictionaries,
+    take_compact,
 )
 from tests.helpers import read_jsonl_zst
 
@@ -129,3 +131,27 @@ def test_a_releases_buffered_rows_keep_only_the_dictionary_entries_they_use(
     writer.write(table, pa.array(["{}\n"] * 1000))
     pending = writer._pending["0.1.1"][0].column("s").chunk(0)
     assert len(pending.dictionary) == 1 and pending.to_pylist() == ["descriptor-00999"]
+
+
+def test_take_compact_remaps_columns_sharing_one_index_array_like_a_plain_take() -> None:
+    # The normalizer's descriptor columns are dictionaries over one index array: they are
+    # taken and remapped once, and must read back exactly as a plain take of each column.
+    codes = pa.array([i % 50 if i % 11 else None for i in range(400)], pa.int32())
+    head = pa.DictionaryArray.from_arrays(codes, pa.array([f"h{i}" for i in range(50)]))
+    tail = pa.DictionaryArray.from_arrays(codes, pa.array([f"t{i}" for i in range(50)]))
+    own = pa.array([i % 3 for i in range(400)], pa.int32())
+    other = pa.DictionaryArray.from_arrays(own, pa.array(["a", "b", "c"]))
+    table = pa.table({"head": head, "tail": tail, "other": other, "n": pa.array(range(400))})
+    rows = np.array([399, 3, 11, 3, 250, 0], dtype=np.int64)
+
+    out = take_compact(table, rows)
+    plain = table.take(pa.array(rows))
+    assert out.schema == table.schema and out.to_pylist() == plain.to_pylist()
+    # Only the entries the rows use are kept; a column using its whole dictionary keeps it.
+    assert out.column("head").chunk(0).dictionary.to_pylist() == ["h0", "h3", "h49"]  # was 50
+    assert out.column("tail").chunk(0).dictionary.to_pylist() == ["t0", "t3", "t49"]
+    assert out.column("head").null_count == 2  # rows 11 and 0
+    assert len(out.column("other").chunk(0).dictionary) == 3
+    # A column with several chunks takes the general path and reads back the same.
+    split = pa.table({"head": pa.chunked_array([head.slice(0, 200), head.slice(200)])})
+    assert take_compact(split, rows).to_pylist() == split.take(pa.array(rows)).to_pylist()

@@ -156,3 +156,42 @@ def test_cached_rejections_pin_no_frames():
     rejected = [c for c in cached if isinstance(c, Rejected)]
     assert {r.reason for r in rejected} >= {"unknown_gpu", "bad_config"}
     assert all(r.__traceback__ is None and r.__context__ is None for r in rejected)
+
+
+def test_a_reset_drops_descriptors_and_resolver_caches_but_keeps_run_keys():
+    # A long ingest's descriptor memory is bounded by the cap: the resolver's caches (shared
+    # parts, workloads) go with the descriptors, while run keys stay the same in the process.
+    normalizer = ColumnarNormalizer(default_catalog())
+    rows = sample_rows()
+    lines = np.arange(2, len(rows) + 2)
+    before = normalizer.normalize(_batch(rows), source_key="k", source_etag="e", lines=lines)
+    old = normalizer.table.resolver
+    assert old._shared and old._workloads
+    normalizer.reset_descriptors()
+    assert normalizer.table.descriptors == [] and normalizer.table.resolver is not old
+    assert not normalizer.table.resolver._shared and not normalizer.table.resolver._workloads
+    after = normalizer.normalize(_batch(rows), source_key="k", source_etag="e", lines=lines)
+    assert np.array_equal(after.keys, before.keys)
+    assert after.runs.to_pylist() == before.runs.to_pylist()
+    assert after.json_lines.equals(before.json_lines)
+
+
+def test_prepare_then_build_of_kept_rows_is_normalize_filtered():
+    # An ingest builds only the rows dedup keeps, on another thread: the same runs, documents
+    # and externalIds as normalizing everything and filtering.
+    normalizer = ColumnarNormalizer(default_catalog())
+    rows = sample_rows()
+    lines = np.arange(2, len(rows) + 2)
+    whole = ColumnarNormalizer(default_catalog()).normalize(
+        _batch(rows), source_key="k", source_etag="e", lines=lines
+    )
+    prepared = normalizer.prepare(_batch(rows), source_key="k", source_etag="e", lines=lines)
+    keep = np.arange(len(prepared.good)) % 3 != 1
+    runs, json_lines = prepared.build(keep)
+    mask = pa.array(keep)
+    assert runs.to_pylist() == whole.runs.filter(mask).to_pylist()
+    assert json_lines.equals(whole.json_lines.filter(mask))
+    assert prepared.external_ids(~keep) == (
+        whole.runs.column("external_id").filter(pa.array(~keep)).to_pylist()
+    )
+    assert prepared.versions(keep) == set(runs.column("liger_version").to_pylist())
