@@ -121,3 +121,68 @@ def test_the_settings_choose_the_runner(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("KINDEX_DASK_ADDRESS", "tcp://127.0.0.1:8786")
     remote = dask_task_runner(settings())
     assert isinstance(remote, DaskTaskRunner) and remote.address == "tcp://127.0.0.1:8786"
+
+
+_INTERRUPTED_BACKFILL = """
+import os, signal, sys
+import kindex_etl.ingestion.commit as commit
+from kindex_etl.cli import main
+
+real = commit.fault_point
+def ctrl_c_after_the_first_commit(name):
+    real(name)
+    if name == "after_publish" and not os.environ.get("INTERRUPTED"):
+        os.environ["INTERRUPTED"] = "1"
+        os.kill(os.getpid(), signal.SIGINT)  # what Ctrl-C sends, while batches are on Dask
+commit.fault_point = ctrl_c_after_the_first_commit
+sys.exit(main(["backfill", "--upstream", sys.argv[1], "--warehouse", sys.argv[2],
+               "--objects-per-batch", "1"]))
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_fan_out_keeps_whole_commits_and_the_next_run_finishes(
+    cluster: Any, upstream: Upstream, tmp_path: Path
+) -> None:
+    # Ctrl-C to `kindex-etl backfill` while normalized batches wait on the Dask workers
+    # (KINDEX_DASK_ADDRESS): it stops with 130 (no hang on the futures), the commit it was
+    # making is whole and published, and the same backfill again commits the rest, each
+    # object once, into the warehouse a sequential run builds.
+    import os
+    import subprocess
+    import sys
+
+    from prefect.settings import PREFECT_API_URL
+    from prefect_dask import DaskTaskRunner
+
+    from flows.backfill import backfill_flow
+
+    up, seq, fan = str(upstream.root), tmp_path / "sequential", tmp_path / "dask"
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+           "KINDEX_DASK_ADDRESS": cluster.scheduler_address}  # fmt: skip
+    env.pop("INTERRUPTED", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_BACKFILL, up, str(fan)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 130, proc.stderr[-3000:]
+    assert "interrupted" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    first = _committed_objects(fan)
+    total = 1 + len(upstream.entries)
+    assert len(first) == 1 < total  # stopped right after its first commit
+    snapshot = json.loads((fan / "_kindex" / "snapshot.json").read_text())
+    assert snapshot["seq"] == 1
+
+    sequential = backfill_flow(upstream=up, warehouse=str(seq), objects_per_batch=1)
+    on_dask = backfill_flow.with_options(
+        task_runner=DaskTaskRunner(address=cluster.scheduler_address)
+    )
+    rest = on_dask(upstream=up, warehouse=str(fan), objects_per_batch=1)
+    assert len(rest["commits"]) == total - 1
+    objects = _committed_objects(fan)
+    assert objects[0] == first[0] and len(objects) == len(set(objects)) == total
+    assert diff_warehouses.compare(str(seq), str(fan), set()) == []
+    assert sequential["runs_written"] == sum(
+        json.loads(r.read_text())["counts"]["runs"]
+        for r in (fan / "_kindex" / "log").glob("*.json")
+    )
