@@ -10,10 +10,11 @@ import duckdb
 import pyarrow.dataset as ds
 import pytest
 
-from kindex_etl.analysis.run import run_regressions
+from kindex_etl.analysis.run import detect_changes, run_regressions
 from kindex_etl.analysis.schema import REGRESSIONS_SCHEMA
 from kindex_etl.api import IngestOptions, ingest
 from kindex_etl.cli import main
+from kindex_etl.storage import open_store
 from tests.analysis.helpers import RELEASES, build_warehouse, series_rows
 from tests.helpers import read_jsonl_zst, write_csv
 
@@ -114,3 +115,20 @@ def test_regressions_on_s3(tmp_path: Path, make_bucket: Callable[[], str], s3_cl
     assert len(snap["tables"]["regressions"]) == 1
     page = s3_client.get_object(Bucket=bucket, Key="wh/reports/megatron_rms_norm.html")
     assert b"<svg" in page["Body"].read()
+
+
+def test_spilled_buckets_on_s3_find_what_one_bucket_finds(
+    tmp_path: Path, make_bucket: Callable[[], str]
+) -> None:
+    # On a bucket the run files are fetched whole and then read a row group at a time into
+    # the spill files: the same changes as reading the runs as one table.
+    bucket = make_bucket()
+    up = tmp_path / "up"
+    write_csv(up / "a.csv", series_rows(STEP))
+    write_csv(up / "b.csv", series_rows(STEP, x="4096"))
+    url = f"s3://{bucket}/wh"
+    ingest(str(up), url, IngestOptions(trigger=False))
+    store = open_store(url)
+    whole = detect_changes(store).changes
+    spilled = detect_changes(store, bucket_rows=4).changes
+    assert len(whole) == 2 and spilled == whole
