@@ -247,9 +247,9 @@ class NormalizedBatch:
 class PreparedBatch:
     """A batch normalized as far as dedup needs: run keys, fingerprints, held-back rows.
 
-    The runs' columns and documents (most of the per-row work, nearly all of it Arrow compute
-    that releases the GIL) are made by `build`, for the rows dedup keeps: in an ingest on a
-    thread of its own, beside the next batch's descriptor lookups. It holds the descriptor
+    The runs' columns and documents (most of the per-row work, mostly Arrow compute that
+    releases the GIL) are made by `build`, for the rows dedup keeps: in an ingest on a thread
+    of its own, beside the next batch's descriptor lookups. It holds the descriptor
     table it was prepared against, which stays valid after the normalizer resets its own.
     """
 

@@ -280,8 +280,8 @@ def build_report(
     """Page name -> HTML: `index.html` and `<kernel>.html` for every kernel with runs.
 
     Every page but the index is one kernel's, so the release points are made Python objects
-    one kernel at a time: all of them at once (a million points after 20M runs) were most of
-    a large warehouse's report memory.
+    one kernel at a time, not all of them at once (one dict per point of every series: that
+    grew with the warehouse).
     """
     pages: dict[str, str] = {}
     series: dict[str, int] = {}
