@@ -2,10 +2,15 @@
 
     python benchmarks/ingest_memory.py --upstream DIR [--warehouse DIR]
     python benchmarks/ingest_memory.py --upstream DIR --memray /tmp/ingest.bin [--top 25]
+    python benchmarks/ingest_memory.py --upstream DIR --trace 15
 
 Prints one JSON line: seconds, peak RSS of the process (`getrusage`), the peak of Arrow's
 memory pool and the runs written. Settings come from the environment as usual, so
 `KINDEX_DESCRIPTOR_CAP=32768` or `KINDEX_MALLOC_MMAP_THRESHOLD=0` compare variants.
+
+`--trace SECONDS` also prints, every SECONDS, where the resident memory is: RSS, Arrow's pool,
+Python's allocated blocks, glibc's heap and mmapped bytes (`mallinfo2`), the run index's runs and
+the descriptors held (one JSON line per sample, before the summary).
 
 `--memray FILE` (needs `pip install memray`) runs the same ingest under memray's tracker with
 Arrow on the system allocator (`ARROW_DEFAULT_MEMORY_POOL=system`: memray sees malloc, not
@@ -25,20 +30,86 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_ingest(upstream: str, warehouse: str) -> dict[str, float]:
+def _glibc_mib() -> dict[str, float]:
+    """glibc's heap (arena), mmapped bytes (hblkhd) and in-use heap bytes (uordblks), MiB."""
+    import ctypes
+
+    fields = "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost"
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in fields.split()]
+
+    try:
+        mallinfo2 = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):  # not glibc, or glibc before 2.33
+        return {}
+    mallinfo2.restype = MallInfo2
+    info = mallinfo2()
+    return {
+        "glibc_heap_mib": round(info.arena / 2**20, 1),
+        "glibc_mmapped_mib": round(info.hblkhd / 2**20, 1),
+        "glibc_in_use_mib": round(info.uordblks / 2**20, 1),
+    }
+
+
+def _remember_ingestors() -> list[Any]:
+    """The Ingestors made from now on (the run index and descriptors the trace reports)."""
+    from kindex_etl.ingestion import batch
+
+    made: list[Any] = []
+    real_init = batch.Ingestor.__init__
+
+    def remember(self: Any, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        made.append(self)
+
+    batch.Ingestor.__init__ = remember  # type: ignore[method-assign]
+    return made
+
+
+def _trace(every: float, done: threading.Event, made: list[Any]) -> None:
+    import pyarrow as pa
+
+    start = time.perf_counter()
+    page = os.sysconf("SC_PAGE_SIZE")
+    while not done.wait(every):
+        with open("/proc/self/statm") as fh:
+            rss = int(fh.read().split()[1]) * page
+        ingestor = made[-1] if made else None
+        print(json.dumps({
+            "t_s": round(time.perf_counter() - start),
+            "rss_mib": round(rss / 2**20, 1),
+            "arrow_mib": round(pa.total_allocated_bytes() / 2**20, 1),
+            "python_blocks": sys.getallocatedblocks(),
+            **_glibc_mib(),
+            "index_runs": len(ingestor.index) if ingestor else 0,
+            "descriptors": len(ingestor.normalizer.table.descriptors) if ingestor else 0,
+        }), flush=True)  # fmt: skip
+
+
+def run_ingest(upstream: str, warehouse: str, trace: float | None = None) -> dict[str, float]:
     import pyarrow as pa
 
     from kindex_etl import IngestOptions, ingest
 
     shutil.rmtree(warehouse, ignore_errors=True)
+    done = threading.Event()
+    if trace:
+        made = _remember_ingestors()
+        threading.Thread(target=_trace, args=(trace, done, made), daemon=True).start()
     start = time.perf_counter()
-    summary = ingest(upstream, warehouse, IngestOptions(trigger=False))
+    try:
+        summary = ingest(upstream, warehouse, IngestOptions(trigger=False))
+    finally:
+        done.set()
     return {
         "seconds": round(time.perf_counter() - start, 2),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -72,6 +143,7 @@ def main() -> None:
     parser.add_argument("--warehouse", default=None, help="default: a temporary folder")
     parser.add_argument("--memray", default=None, metavar="FILE", help="profile into FILE")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--trace", type=float, default=None, metavar="SECONDS")
     parser.add_argument("--in-tracker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
@@ -92,7 +164,7 @@ def main() -> None:
             for size, site in high_water_sites(args.memray, args.top):
                 print(f"{size:8.1f} MiB  {site}")
             return
-        print(json.dumps(run_ingest(args.upstream, warehouse)), flush=True)
+        print(json.dumps(run_ingest(args.upstream, warehouse, args.trace)), flush=True)
 
 
 if __name__ == "__main__":
