@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -31,6 +30,7 @@ import pyarrow.parquet as pq
 import rfc8785
 from packaging.version import InvalidVersion, Version
 
+from ..load.writers import groups_by_code
 from ..storage import NotFound, ObjectStore
 
 SERIES_FIELDS = (
@@ -139,24 +139,24 @@ def read_snapshot(store: ObjectStore) -> dict[str, Any]:
     return snap
 
 
-def read_parquet(store: ObjectStore, key: str, columns: list[str] | None = None) -> pa.Table:
+def _parquet_source(store: ObjectStore, key: str) -> Path | pa.BufferReader:
+    """A local object's path; on a bucket, the object's bytes (fetched whole)."""
     path = store.local_path(key)
     if path is not None:
-        return pq.read_table(path, columns=columns)
+        return path
     with store.open_read(key) as fh:
-        return pq.read_table(pa.py_buffer(fh.read()), columns=columns)
+        return pa.BufferReader(fh.read())
+
+
+def read_parquet(store: ObjectStore, key: str, columns: list[str] | None = None) -> pa.Table:
+    return pq.read_table(_parquet_source(store, key), columns=columns)
 
 
 def iter_parquet(
     store: ObjectStore, key: str, columns: list[str] | None = None
 ) -> Iterator[pa.Table]:
     """A Parquet object's row groups, one table each, in order."""
-    path = store.local_path(key)
-    if path is not None:
-        source: Any = pq.ParquetFile(path)
-    else:
-        with store.open_read(key) as fh:
-            source = pq.ParquetFile(pa.BufferReader(fh.read()))
+    source = pq.ParquetFile(_parquet_source(store, key))
     for i in range(source.num_row_groups):
         yield source.read_row_group(i, columns=columns)
 
@@ -169,11 +169,8 @@ def _split_by_prefix(table: pa.Table, digits: int) -> Iterator[tuple[str, pa.Tab
     names = [v or "none" for v in encoded.dictionary.to_pylist()]
     codes = pc.fill_null(encoded.indices, len(names)).to_numpy(zero_copy_only=False)
     names.append("none")
-    order = np.argsort(codes, kind="stable")
-    bounds = np.flatnonzero(np.diff(codes[order])) + 1
-    for start, end in zip([0, *bounds.tolist()], [*bounds.tolist(), len(order)], strict=True):
-        if start < end:
-            yield names[int(codes[order[start]])], table.take(pa.array(order[start:end]))
+    for code, rows in groups_by_code(codes):
+        yield names[code], table.take(pa.array(rows))
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ files (a rename on a local warehouse, a multipart upload on S3).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,6 +125,16 @@ ROW_GROUP_ROWS = 64 * 1024
 MAX_BUFFERED_ROWS = 128 * 1024
 
 
+def groups_by_code(codes: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(code, the positions holding it, in their order) for each code present, by code: one
+    stable sort, where a filter per code would pass over every row once per code."""
+    order = np.argsort(codes, kind="stable")
+    bounds = np.flatnonzero(np.diff(codes[order])) + 1
+    for start, end in zip([0, *bounds.tolist()], [*bounds.tolist(), len(order)], strict=True):
+        if start < end:
+            yield int(codes[order[start]]), order[start:end]
+
+
 def take_compact(table: pa.Table, rows: np.ndarray) -> pa.Table:
     """`table.take(rows)`, each dictionary column's dictionary cut to the values those rows use.
 
@@ -218,13 +229,8 @@ class RunsWriter:
         if len(encoded.dictionary) == 1:
             self._buffer(encoded.dictionary[0].as_py(), runs)
         else:
-            order = np.argsort(codes, kind="stable")
-            bounds = np.flatnonzero(np.diff(codes[order])) + 1
-            starts = [0, *bounds.tolist()]
-            ends = [*bounds.tolist(), len(order)]
-            for start, end in zip(starts, ends, strict=True):
-                version = encoded.dictionary[int(codes[order[start]])].as_py()
-                self._buffer(version, take_compact(runs, order[start:end]))
+            for code, rows in groups_by_code(codes):
+                self._buffer(encoded.dictionary[code].as_py(), take_compact(runs, rows))
         while sum(self._pending_rows.values()) > MAX_BUFFERED_ROWS:
             self._flush(max(self._pending_rows, key=self._pending_rows.__getitem__))
 
