@@ -29,6 +29,9 @@
     KINDEX_DESCRIPTOR_CAP    resolved descriptors a process keeps before it drops them and
                              resolves again what comes back (65536): on varied data, 32768
                              holds ~150 MiB less at ~15 % more time
+    KINDEX_INDEX_SPILL       1 (default): the run index keeps its frozen chunks (2M runs each) in
+                             unlinked temporary files with a Bloom filter in memory (1.5 bytes
+                             a run instead of 12); 0: all of it in memory
     KINDEX_MALLOC_MMAP_THRESHOLD  an ingest pins glibc's mmap threshold at this many bytes
                              (131072), so large freed arrays go back to the system; 0: glibc's
                              own sliding threshold
@@ -86,6 +89,7 @@ class Settings(BaseSettings):
     dask_workers: int = Field(default=0, ge=0)
     dask_ahead: int = Field(default=3, ge=1)
     descriptor_cap: int = Field(default=1 << 16, ge=1)
+    index_spill: bool = True
     malloc_mmap_threshold: int = Field(default=128 * 1024, ge=0)
     state_dir: Annotated[str, HOST_ONLY] = Field(default_factory=lambda: str(_default_state_dir()))
     local_server: Annotated[bool, HOST_ONLY] = True

@@ -243,7 +243,7 @@ class Ingestor:
         self.normalizer = ColumnarNormalizer(catalog)
         # Resolved descriptors kept before they are dropped (see reset_descriptors).
         self.descriptor_cap = settings().descriptor_cap
-        self.index = RunIndex()
+        self.index = RunIndex(spill=settings().index_spill)
         self._indexed_seq = -1
         # A process starts an ingestor once per warehouse: the moment to sweep up after runs
         # that were killed (their work folders hold up to a batch of Parquet each), and to
@@ -255,7 +255,7 @@ class Ingestor:
         """Load the run keys of every committed run, so re-delivered rows become duplicates."""
         if self._indexed_seq == self.warehouse.head:
             return
-        self.index = RunIndex()
+        self.index = RunIndex(spill=settings().index_spill)
         if not self.fresh:
             for keys, fps in self._stored_keys():
                 self.index.add(keys, fps)
