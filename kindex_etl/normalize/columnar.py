@@ -33,6 +33,7 @@ from kindex_etl.contracts.upstream import (
     TIMESTAMP_FORMAT,
 )
 from kindex_etl.contracts.versions import release_key
+from kindex_etl.normalize.dedup import splitmix64
 from kindex_etl.normalize.descriptors import (
     KEY_COLUMNS,
     Descriptor,
@@ -303,14 +304,6 @@ def _encoded(column: pa.ChunkedArray) -> pa.DictionaryArray:
     return encoded
 
 
-def _splitmix(x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        z = x + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return z ^ (z >> np.uint64(31))
-
-
 def value_fingerprint(
     p50: np.ndarray, p20: np.ndarray, p80: np.ndarray, ident: np.ndarray
 ) -> np.ndarray:
@@ -319,11 +312,11 @@ def value_fingerprint(
     Two rows with the same run key are one measurement if their fingerprints agree; otherwise
     they conflict and the later one is held back.
     """
-    out = _splitmix(ident.astype(np.uint64))
+    out = splitmix64(ident.astype(np.uint64))
     for i, column in enumerate((p50, p20, p80)):
         # Every failed point reads back as null from Parquet: treat all non-finite alike.
         bits = np.where(np.isfinite(column), column, np.nan).astype(np.float64).view(np.uint64)
-        out ^= _splitmix(bits + np.uint64(i + 1))
+        out ^= splitmix64(bits + np.uint64(i + 1))
     return out
 
 

@@ -42,16 +42,22 @@ class DedupResult:
     conflict: np.ndarray  # bool: same run key, different values or origin
 
 
+def splitmix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer on uint64s: well-mixed bits from keys that are far from random."""
+    with np.errstate(over="ignore"):
+        z = x + _U64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> _U64(27))) * _U64(0x94D049BB133111EB)
+        return z ^ (z >> _U64(31))
+
+
 def _hashed(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """splitmix64 of each key (run keys are far from random), and the key's Bloom bits."""
-    z = keys.astype(_U64) + _U64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> _U64(27))) * _U64(0x94D049BB133111EB)
-    z ^= z >> _U64(31)
-    bits = np.zeros(len(z), dtype=_U64)
-    for probe in range(_PROBES):  # the low 36 bits pick the bits; the high 32, the word
-        bits |= _U64(1) << ((z >> _U64(6 * probe)) & _U64(63))
-    return z, bits
+    """Each key's hash and its Bloom bits (the low 36 bits pick them; the high 32, the word)."""
+    hashed = splitmix64(keys.astype(_U64, copy=False))
+    bits = np.zeros(len(hashed), dtype=_U64)
+    for probe in range(_PROBES):
+        bits |= _U64(1) << ((hashed >> _U64(6 * probe)) & _U64(63))
+    return hashed, bits
 
 
 def _sorted_find(

@@ -147,6 +147,18 @@ def test_the_watcher_stops_an_idle_server_but_not_one_in_use(tmp_path):
         sleeper.kill()
 
 
+def test_the_watcher_process_imports_the_standard_library_only():
+    # It lives as long as the server, beside every command: pydantic's settings alone were
+    # 20 MiB of its resident memory.
+    code = (
+        "import sys, kindex_etl.cli.server; "
+        "print(sorted(m.split('.')[0] for m in sys.modules if m.split('.')[0] in "
+        "{'pydantic', 'pydantic_settings', 'prefect', 'pyarrow', 'numpy'}))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def _dead_api_env(cli_env: dict[str, str], tmp_path) -> dict[str, str]:
     """A configured API that nobody serves, and a state folder of its own: a command that
     contacts Prefect fails (exit 2), one that starts the local server leaves server.json."""
