@@ -5,11 +5,12 @@ from __future__ import annotations
 import gzip
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
 from kindex_etl.errors import BadFile
-from kindex_etl.extract.read import check_header, count_lines, read_batches
+from kindex_etl.extract.read import _may_break, check_header, count_lines, read_batches
 from kindex_etl.storage import LocalStore
 from tests.helpers import SEED_LINE
 
@@ -176,3 +177,25 @@ def test_symlink_out_of_the_folder_is_unsafe_key(tmp_path):
 def test_count_lines(tmp_path, data, lines):
     (tmp_path / "f").write_bytes(data)
     assert count_lines(LocalStore(tmp_path), "f", chunk=2) == lines
+
+
+@pytest.mark.parametrize(
+    ("values", "may_break"),
+    [
+        (["a", "b"], False),
+        (["a\tb", "\x0b\x0c"], False),  # below 14 but no break: the exact look says no
+        (["a", "b\nc"], True),
+        (["a\rb"], True),
+        ([], False),
+        ([None, ""], False),
+    ],
+)
+def test_the_quick_line_break_check(values, may_break):
+    assert _may_break(pa.array(values, pa.string())) is may_break
+
+
+def test_a_tab_inside_a_value_is_not_a_line(tmp_path):
+    row = SEED_LINE.replace('"{""S"": 4096, ""B"": 1}"', '"{""S"":\t4096, ""B"": 1}"')
+    text = "\n".join([HEADER, row, TWO_LINE_ROW, SEED_LINE]) + "\n"
+    batches = _batches(tmp_path, text)
+    assert [n for b in batches for n in b.lines.tolist()] == [2, 3, 5]
