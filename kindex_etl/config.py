@@ -29,7 +29,7 @@
     KINDEX_DESCRIPTOR_CAP    resolved descriptors a process keeps before it drops them and
                              resolves again what comes back (65536): on varied data, 32768
                              holds ~150 MiB less at ~15 % more time
-    KINDEX_INDEX_SPILL       1 (default): the run index keeps its frozen chunks (2M runs each) in
+    KINDEX_INDEX_SPILL       1 (default): the run index keeps its frozen chunks (2M-4M runs) in
                              unlinked temporary files with a Bloom filter in memory (1.5 bytes
                              a run instead of 12); 0: all of it in memory
     KINDEX_MALLOC_MMAP_THRESHOLD  an ingest pins glibc's mmap threshold at this many bytes
