@@ -241,9 +241,11 @@ class Ingestor:
         self.catalog = catalog
         self.fresh = fresh
         self.normalizer = ColumnarNormalizer(catalog)
+        cfg = settings()
         # Resolved descriptors kept before they are dropped (see reset_descriptors).
-        self.descriptor_cap = settings().descriptor_cap
-        self.index = RunIndex(spill=settings().index_spill)
+        self.descriptor_cap = cfg.descriptor_cap
+        self.index_spill = cfg.index_spill
+        self.index = RunIndex(spill=self.index_spill)
         self._indexed_seq = -1
         # A process starts an ingestor once per warehouse: the moment to sweep up after runs
         # that were killed (their work folders hold up to a batch of Parquet each), and to
@@ -255,7 +257,7 @@ class Ingestor:
         """Load the run keys of every committed run, so re-delivered rows become duplicates."""
         if self._indexed_seq == self.warehouse.head:
             return
-        self.index = RunIndex(spill=settings().index_spill)
+        self.index = RunIndex(spill=self.index_spill)
         if not self.fresh:
             for keys, fps in self._stored_keys():
                 self.index.add(keys, fps)
