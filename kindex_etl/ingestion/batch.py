@@ -40,7 +40,7 @@ from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import CommitRecord, Counts, FileEntry
 from kindex_etl.load.warehouse import Warehouse
 from kindex_etl.load.writers import ParquetTableWriter, RunsWriter, WrittenFile
-from kindex_etl.memory import pin_mmap_threshold
+from kindex_etl.memory import bulk_collector, pin_mmap_threshold
 from kindex_etl.normalize.columnar import (
     STORED_KEY_COLUMNS,
     ColumnarNormalizer,
@@ -306,14 +306,15 @@ class Ingestor:
         """
         batch = batch_id(self.warehouse.head, sources, salt)
         rejected: dict[str, BadFile] = {}
-        while True:
-            self._rebuild_index()
-            try:
-                return self._process_once(
-                    batch, sources, rejected, replayed_files, carry, unchanged_if
-                )
-            except _RejectedLate as late:
-                rejected[late.key] = late.bad
+        with bulk_collector():
+            while True:
+                self._rebuild_index()
+                try:
+                    return self._process_once(
+                        batch, sources, rejected, replayed_files, carry, unchanged_if
+                    )
+                except _RejectedLate as late:
+                    rejected[late.key] = late.bad
 
     def _process_once(
         self,
