@@ -220,14 +220,14 @@ GROUP BY ALL ORDER BY 1;"""  # noqa: S608
 
 
 def run_demo(workdir: str, *, offline: bool = False) -> int:
-    from flows.ingest import ingest_flow
+    from flows.ingest import run_ingest_flow
 
     root = Path(workdir).resolve()
     upstream, warehouse = root / "upstream", root / "warehouse"
     offline = offline or settings().offline
     origin = lay_out_upstream(upstream, offline=offline)
     print(f"upstream: {upstream}\n  {origin}")
-    summary = ingest_flow(upstream=str(upstream), warehouse=str(warehouse))
+    summary = run_ingest_flow(upstream=str(upstream), warehouse=str(warehouse))
     print(
         f"warehouse: {warehouse}\n"
         f"  {summary['objects_ingested']} objects, {summary['rows_read']} rows -> "

@@ -154,10 +154,10 @@ def run_ingest(args: argparse.Namespace) -> int:
     if _answered_idle(args, upstream, warehouse, options):
         return 0
     _start_prefect(args)
-    from flows.ingest import ingest_flow
+    from flows.ingest import run_ingest_flow
 
     with showing(args.quiet, args.verbose):
-        state = ingest_flow(
+        state = run_ingest_flow(
             upstream=upstream,
             warehouse=warehouse,
             backfill=args.backfill,

@@ -26,11 +26,13 @@ def _bad_rows(upstream: Upstream) -> None:
 
 
 def test_ingest_flow_summary_and_artifacts(upstream: Upstream, tmp_path: Path) -> None:
-    from flows.ingest import ingest_flow
+    from flows.ingest import run_ingest_flow
 
     _bad_rows(upstream)
     warehouse = tmp_path / "warehouse"
-    state = ingest_flow(upstream=str(upstream.root), warehouse=str(warehouse), return_state=True)
+    state = run_ingest_flow(
+        upstream=str(upstream.root), warehouse=str(warehouse), return_state=True
+    )
     assert state.is_completed()
     summary = state.result()
     n_objects = len(upstream.entries) + 2  # commit folders, the cumulative file, extra/bad.csv
@@ -69,7 +71,9 @@ def test_ingest_flow_summary_and_artifacts(upstream: Upstream, tmp_path: Path) -
     assert "## GPU re-runs triggered" in text
 
     # Nothing new: the run still publishes both artifacts (an empty table).
-    state = ingest_flow(upstream=str(upstream.root), warehouse=str(warehouse), return_state=True)
+    state = run_ingest_flow(
+        upstream=str(upstream.root), warehouse=str(warehouse), return_state=True
+    )
     assert state.result()["objects_ingested"] == 0
     artifacts = flow_run_artifacts(state)
     assert json.loads(artifacts["kindex-ingest-objects"].data) == []
@@ -77,13 +81,13 @@ def test_ingest_flow_summary_and_artifacts(upstream: Upstream, tmp_path: Path) -
 
 
 def test_ingest_flow_backfill_never_triggers(upstream: Upstream, tmp_path: Path) -> None:
-    from flows.ingest import ingest_flow
+    from flows.ingest import run_ingest_flow
 
     warehouse = str(tmp_path / "warehouse")
     first = upstream.key(upstream.entries[0])
-    ingest_flow(upstream=str(upstream.root), warehouse=warehouse, prefix=first)
+    run_ingest_flow(upstream=str(upstream.root), warehouse=warehouse, prefix=first)
     # --backfill through the ingest flow never triggers, even with trigger=True...
-    summary = ingest_flow(
+    summary = run_ingest_flow(
         upstream=str(upstream.root), warehouse=warehouse, prefix="benchmarks/", backfill=True
     )
     assert summary["new_versions"] == upstream.versions[1:]
@@ -99,7 +103,7 @@ def test_ingests_of_one_warehouse_queue_on_its_concurrency_limit(
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.concurrency.sync import concurrency
 
-    from flows.ingest import ingest_flow, warehouse_limit_name
+    from flows.ingest import run_ingest_flow, warehouse_limit_name
 
     warehouse = tmp_path / "warehouse"
     name = warehouse_limit_name(str(warehouse))
@@ -110,7 +114,7 @@ def test_ingests_of_one_warehouse_queue_on_its_concurrency_limit(
     result: dict[str, object] = {}
 
     def run() -> None:
-        result["summary"] = ingest_flow(upstream=str(upstream.root), warehouse=str(warehouse))
+        result["summary"] = run_ingest_flow(upstream=str(upstream.root), warehouse=str(warehouse))
 
     with concurrency(name, occupy=1, strict=True):
         worker = threading.Thread(target=run, daemon=True)
@@ -129,11 +133,11 @@ def test_ingests_of_one_warehouse_queue_on_its_concurrency_limit(
 
 def test_mistakes_are_not_retried(upstream: Upstream, tmp_path: Path) -> None:
     """I/O tasks retry with backoff (2, 10, 30 s), but a ValueError fails at once."""
-    from flows.ingest import ingest_flow, plan
+    from flows.ingest import plan, run_ingest_flow
 
     assert plan.retries == 3 and plan.retry_delay_seconds == [2, 10, 30]
     started = time.monotonic()
-    state = ingest_flow(
+    state = run_ingest_flow(
         upstream=str(upstream.root), warehouse=str(tmp_path / "wh"), prefix="../x/",
         return_state=True,
     )  # fmt: skip

@@ -56,12 +56,12 @@ def test_new_alerts_become_an_artifact_and_events(tmp_path: Path, events: list) 
 
 
 def test_ingest_flow_runs_regressions_after_a_commit(tmp_path: Path, events: list) -> None:  # type: ignore[type-arg]
-    from flows.ingest import ingest_flow
+    from flows.ingest import run_ingest_flow
 
     up = tmp_path / "up"
     write_csv(up / "benchmarks/a/benchmark.csv", series_rows(STEP))
     wh = tmp_path / "wh"
-    summary = ingest_flow(upstream=str(up), warehouse=str(wh), trigger=False)
+    summary = run_ingest_flow(upstream=str(up), warehouse=str(wh), trigger=False)
     assert summary["commits"] == [1]
     snap = json.loads((wh / "_kindex/snapshot.json").read_text())
     assert snap["seq"] == 2 and len(snap["tables"]["regressions"]) == 1
