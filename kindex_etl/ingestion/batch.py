@@ -33,7 +33,7 @@ from kindex_etl.extract.read import RowBatch
 from kindex_etl.ingestion import progress
 from kindex_etl.ingestion.fanout import NormalizedObject
 from kindex_etl.ingestion.results import ObjectReport
-from kindex_etl.ingestion.threads import Background, prefetch, short_switch_interval
+from kindex_etl.ingestion.threads import Background, prefetch
 from kindex_etl.load import layout
 from kindex_etl.load.descriptor_tables import descriptor_tables
 from kindex_etl.load.faults import fault_point
@@ -306,7 +306,7 @@ class Ingestor:
         """
         batch = batch_id(self.warehouse.head, sources, salt)
         rejected: dict[str, BadFile] = {}
-        with bulk_collector(), short_switch_interval():
+        with bulk_collector():
             while True:
                 self._rebuild_index()
                 try:

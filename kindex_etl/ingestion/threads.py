@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import TypeVar
@@ -55,28 +54,6 @@ class Background:
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join()
-
-
-# Seconds a thread may hold the GIL while another waits for it (CPython's default: 5 ms).
-PIPELINE_SWITCH_INTERVAL_S = 0.0005
-
-
-@contextlib.contextmanager
-def short_switch_interval(seconds: float = PIPELINE_SWITCH_INTERVAL_S) -> Iterator[None]:
-    """Run the stages with a shorter GIL switch interval; the previous one is restored after.
-
-    A stage that comes back from Arrow (which runs without the GIL) must wait for the GIL while
-    another stage runs Python (resolving descriptors): up to the switch interval each time,
-    and the stages make thousands of such calls a batch. At CPython's 5 ms an ingest kept
-    1.43 to 1.46 of the two cores busy; at 0.5 ms, 1.50 to 1.53, in less time in each of four
-    runs alternated with the default (README, "Speed, stop 21"). Never lengthens it.
-    """
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(min(before, seconds))
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(before)
 
 
 _DONE = object()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from kindex_etl.ingestion.threads import Background, prefetch, short_switch_interval
+from kindex_etl.ingestion.threads import Background, prefetch
 
 
 def test_prefetch_keeps_order_and_runs_ahead_in_another_thread() -> None:
@@ -74,16 +73,3 @@ def test_background_runs_jobs_in_order_and_reports_the_first_error() -> None:
         bg.submit(lambda: done.append(99))
         bg.close()
     assert 99 not in done  # nothing runs after a failure
-
-
-def test_short_switch_interval_is_restored_and_never_lengthened():
-    before = sys.getswitchinterval()
-    with short_switch_interval(0.0005):
-        assert sys.getswitchinterval() == pytest.approx(0.0005, rel=0.05)
-    assert sys.getswitchinterval() == before
-    sys.setswitchinterval(0.0001)
-    try:
-        with short_switch_interval(0.0005):
-            assert sys.getswitchinterval() == pytest.approx(0.0001, rel=0.05)  # kept
-    finally:
-        sys.setswitchinterval(before)
