@@ -46,3 +46,27 @@ def test_dropping_descriptors_mid_ingest_writes_the_same_warehouse(tmp_path, mon
     if len(resets) < 2:
         pytest.fail(f"the cap triggered {len(resets)} time(s): the test would prove little")
     assert_same_files(dropped, whole)
+
+
+def test_a_batch_runs_under_the_bulk_collector_and_restores_it(tmp_path, monkeypatch):
+    """The collector thresholds a batch's stages see (on the builder thread), then the old ones."""
+    import gc
+
+    from kindex_etl.memory import BULK_GC_THRESHOLDS
+    from kindex_etl.normalize.columnar import PreparedBatch
+    from tests.helpers import seed_row, write_csv
+
+    seen: list[tuple[int, int, int]] = []
+    real_build = PreparedBatch.build
+
+    def build(self, keep=None):
+        seen.append(gc.get_threshold())
+        return real_build(self, keep)
+
+    monkeypatch.setattr(PreparedBatch, "build", build)
+    thresholds = gc.get_threshold()
+    write_csv(tmp_path / "up" / "a.csv", [seed_row()])
+    summary = ingest(str(tmp_path / "up"), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    assert summary.runs_written == 1
+    assert seen == [BULK_GC_THRESHOLDS]
+    assert gc.get_threshold() == thresholds
