@@ -4,9 +4,11 @@
     python benchmarks/ingest_memory.py --upstream DIR --memray /tmp/ingest.bin [--top 25]
     python benchmarks/ingest_memory.py --upstream DIR --trace 15
 
-Prints one JSON line: seconds, peak RSS of the process (`getrusage`), the peak of Arrow's
-memory pool and the runs written. Settings come from the environment as usual, so
-`KINDEX_DESCRIPTOR_CAP=32768` or `KINDEX_MALLOC_MMAP_THRESHOLD=0` compare variants.
+Prints one JSON line: seconds, CPU seconds (user + system), peak RSS of the process
+(`getrusage`), the peak of Arrow's memory pool, the runs written, and the cyclic collector's
+work (`collector`: per generation, collections and seconds, from `gc.callbacks`). Settings
+come from the environment as usual, so `KINDEX_DESCRIPTOR_CAP=32768` or
+`KINDEX_MALLOC_MMAP_THRESHOLD=0` compare variants.
 
 `--trace SECONDS` also prints, every SECONDS, where the resident memory is: RSS, Arrow's pool,
 Python's allocated blocks, glibc's heap and mmapped bytes (`mallinfo2`), the run index's runs and
@@ -95,7 +97,34 @@ def _trace(every: float, done: threading.Event, made: list[Any]) -> None:
         }), flush=True)  # fmt: skip
 
 
-def run_ingest(upstream: str, warehouse: str, trace: float | None = None) -> dict[str, float]:
+class _Collections:
+    """Collections and their seconds per generation, from `gc.callbacks` (any thread)."""
+
+    def __init__(self) -> None:
+        self.count = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        generation = info["generation"]
+        self.count[generation] += 1
+        self.seconds[generation] += time.perf_counter() - self._started
+
+    def report(self) -> dict[str, list[float]]:
+        return {f"gen{g}": [self.count[g], round(self.seconds[g], 2)] for g in range(3)}
+
+
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_ingest(upstream: str, warehouse: str, trace: float | None = None) -> dict[str, Any]:
+    import gc
+
     import pyarrow as pa
 
     from kindex_etl import IngestOptions, ingest
@@ -105,13 +134,18 @@ def run_ingest(upstream: str, warehouse: str, trace: float | None = None) -> dic
     if trace:
         made = _remember_ingestors()
         threading.Thread(target=_trace, args=(trace, done, made), daemon=True).start()
-    start = time.perf_counter()
+    collections_ = _Collections()
+    gc.callbacks.append(collections_)
+    start, cpu = time.perf_counter(), _cpu_seconds()
     try:
         summary = ingest(upstream, warehouse, IngestOptions(trigger=False))
     finally:
         done.set()
+        gc.callbacks.remove(collections_)
     return {
         "seconds": round(time.perf_counter() - start, 2),
+        "cpu_seconds": round(_cpu_seconds() - cpu, 2),
+        "collector": collections_.report(),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "arrow_pool_peak_mib": round(pa.default_memory_pool().max_memory() / 2**20, 1),
         "arrow_pool": pa.default_memory_pool().backend_name,
