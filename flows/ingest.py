@@ -31,8 +31,8 @@ async def ingest_flow(
     regressions flow (`regressions=False` skips it).
 
     Async for Prefect's engine alone: its synchronous engine joins the run's heartbeat thread,
-    which sleeps in 1 s steps, at the end of every run (~0.9 s a command; README, "Speed,
-    stop 21"). The work is synchronous and runs on the flow's thread, as before.
+    which sleeps in 1 s steps, at the end of every run (0 to 1 s of nothing a command; README,
+    "Speed, stop 21"). The work is synchronous and runs on the flow's thread, as before.
     """
     cfg = settings()
     options = IngestOptions(backfill=backfill, trigger=trigger and not backfill, prefix=prefix)
@@ -44,5 +44,8 @@ async def ingest_flow(
 
 
 def run_ingest_flow(**parameters: Any) -> Any:
-    """`ingest_flow(**parameters)` from synchronous code (the CLI, the demo, a thread)."""
+    """`ingest_flow(**parameters)` from synchronous code (the CLI, the demo, a thread).
+
+    It runs its own event loop: from async code, `await ingest_flow(...)` instead.
+    """
     return asyncio.run(ingest_flow(**parameters))
