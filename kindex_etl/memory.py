@@ -66,8 +66,9 @@ def bulk_collector() -> Iterator[None]:
     alive. Alive are the descriptor table's objects and, in a flow's process, the ~160k of
     Prefect and pydantic: a plain 5M-row ingest spent 3.3 to 3.6 s in the collector, 2.3 s
     of it in 16 or 17 full walks (README, "Speed, stop 21"). The objects alive at the first
-    batch (modules, catalogs) are frozen once per process (`gc.freeze`): they live as long as
-    the process, and no collection walks them again. The higher thresholds then make
+    batch (modules, catalogs) are frozen once per process (`gc.freeze`): nearly all live as
+    long as the process, and no collection walks them again. (A cycle among them that dies
+    later is not reclaimed: a one-time cost, at most what was alive at that moment.) The higher thresholds then make
     collections rare, while a cycle made by the batch is still collected. Thresholds are only ever raised, and a
     collector that was disabled stays so.
     """
