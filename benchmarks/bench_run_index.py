@@ -6,6 +6,11 @@ Writes a realistic upstream file (`benchmarks/realistic.py`), ingests it in-proc
 Prefect), writes a checkpoint with its run index, copies the warehouse and deletes the index in
 the copy, then times `Ingestor._rebuild_index` (every committed run's key, what a writer needs
 before its first batch) on both, `--repeat` times each, from a fresh `Ingestor` every time.
+Then, in a fresh process per warehouse, the peak RSS of that start-up: `*_rss_mib` is
+[after opening the warehouse, peak after the rebuild]. Above a frozen chunk (2M runs) the
+index spills to the temp folder (`KINDEX_INDEX_SPILL`), which is part of what this measures.
+
+    python benchmarks/bench_run_index.py --rebuild-only URL   # one fresh process's figures
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,13 +42,51 @@ def rebuild_seconds(url: str) -> tuple[int, float]:
     return len(ingestor.index), time.perf_counter() - start
 
 
+def _peak_mib() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as fh:
+        return round(int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+
+
+def rebuild_only(url: str) -> None:
+    """One start-up in this (fresh) process: [RSS once the warehouse is open, peak after]."""
+    from kindex_etl.catalog import default_catalog
+    from kindex_etl.ingestion.batch import Ingestor
+    from kindex_etl.load.warehouse import open_warehouse
+
+    warehouse = open_warehouse(url)
+    warehouse.refresh()
+    ingestor = Ingestor(warehouse, default_catalog())
+    opened = _rss_mib()
+    start = time.perf_counter()
+    ingestor._rebuild_index()
+    seconds = time.perf_counter() - start
+    print(json.dumps({"runs": len(ingestor.index), "seconds": round(seconds, 3),
+                      "rss_mib": [opened, _peak_mib()]}))  # fmt: skip
+
+
+def fresh_rebuild(url: Path) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, __file__, "--rebuild-only", str(url)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=650_000)
     ap.add_argument("--sdist-dir", default=None, help="liger-kernel sdists (see realistic.py)")
     ap.add_argument("--workdir", default="/tmp/kindex-runindex")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rebuild-only", default=None, metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.rebuild_only:
+        rebuild_only(args.rebuild_only)
+        return
 
     from benchmarks import realistic
     from kindex_etl import IngestOptions, ingest
@@ -68,6 +113,10 @@ def main() -> None:
             assert keys == runs, (keys, runs)
             times.append(round(seconds, 3))
         out[name] = times
+    for name, url in (("with_index_rss_mib", with_index), ("without_index_rss_mib", without)):
+        fresh = fresh_rebuild(url)
+        assert fresh["runs"] == runs, (fresh, runs)
+        out[name] = fresh["rss_mib"]
     print(json.dumps(out))
 
 

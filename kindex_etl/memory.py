@@ -68,9 +68,9 @@ def bulk_collector() -> Iterator[None]:
     of it in 16 or 17 full walks (README, "Speed, stop 21"). The objects alive at the first
     batch (modules, catalogs) are frozen once per process (`gc.freeze`): nearly all live as
     long as the process, and no collection walks them again. (A cycle among them that dies
-    later is not reclaimed: a one-time cost, at most what was alive at that moment.) The higher thresholds then make
-    collections rare, while a cycle made by the batch is still collected. Thresholds are only ever raised, and a
-    collector that was disabled stays so.
+    later is not reclaimed: a one-time cost, at most what was alive at that moment.) The
+    higher thresholds then make collections rare, while a cycle made by the batch is still
+    collected. Thresholds are only ever raised, and a collector that was disabled stays so.
     """
     global _frozen
     if not _frozen:

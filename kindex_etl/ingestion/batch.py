@@ -268,15 +268,15 @@ class Ingestor:
         or (no usable index) every run file."""
         kept = self.warehouse.run_index()
         if kept is None:
-            table = self.warehouse.read_table(layout.RUNS, STORED_KEY_COLUMNS)
-            if table is not None and table.num_rows:
-                yield self.normalizer.keys_of_stored(table)
-            return
-        index, since = kept
-        if index.num_rows:
-            yield self.normalizer.keys_of_index(index)
+            # One run file at a time: the whole table's key columns at once held 2.9 GiB for
+            # 4.4M runs (`benchmarks/bench_run_index.py`, README "Speed, stop 21").
+            files = list(self.warehouse.state.tables.get(layout.RUNS, {}))
+        else:
+            index, files = kept
+            if index.num_rows:
+                yield self.normalizer.keys_of_index(index)
         batch_of = self.warehouse.batch_of()
-        for key in since:
+        for key in files:
             table = self.warehouse.read_file(batch_of[key], key, STORED_KEY_COLUMNS)
             if table.num_rows:
                 yield self.normalizer.keys_of_stored(table)
