@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -43,7 +42,10 @@ def rebuild_seconds(url: str) -> tuple[int, float]:
 
 
 def _peak_mib() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    # VmHWM, not getrusage: a child's ru_maxrss keeps the RSS its parent had when it forked.
+    with open("/proc/self/status") as fh:
+        line = next(line for line in fh if line.startswith("VmHWM:"))
+    return round(int(line.split()[1]) / 1024, 1)
 
 
 def _rss_mib() -> float:
