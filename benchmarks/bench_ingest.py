@@ -21,7 +21,7 @@ rows, one row in six held back), from the data files of the sdists in `--sdist-d
     (`--no-regressions`: not run)
 The machine is shared and noisy: compare the ratio, not the seconds. The reference is the
 median of DuckDB's copies run just before and after ours (`--duckdb-before 2 --duckdb-after
-1`; `duckdb_runs` lists them): one copy of a 5M-row file took 5.1 s to 8.4 s in one session.
+1`; `duckdb_runs` lists them): one copy of a 5M-row file took 4.5 s to 8.4 s in one session.
 """
 
 from __future__ import annotations

@@ -23,22 +23,31 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 
-def rebuild_seconds(url: str) -> tuple[int, float]:
+def _fresh_ingestor(url: str) -> Any:
+    """A new `Ingestor` on the warehouse at its head, its run index not built yet."""
     from kindex_etl.catalog import default_catalog
     from kindex_etl.ingestion.batch import Ingestor
     from kindex_etl.load.warehouse import open_warehouse
 
     warehouse = open_warehouse(url)
     warehouse.refresh()
-    ingestor = Ingestor(warehouse, default_catalog())
+    return Ingestor(warehouse, default_catalog())
+
+
+def _timed_rebuild(ingestor: Any) -> tuple[int, float]:
     start = time.perf_counter()
     ingestor._rebuild_index()
     return len(ingestor.index), time.perf_counter() - start
+
+
+def rebuild_seconds(url: str) -> tuple[int, float]:
+    return _timed_rebuild(_fresh_ingestor(url))
 
 
 def _peak_mib() -> float:
@@ -55,18 +64,10 @@ def _rss_mib() -> float:
 
 def rebuild_only(url: str) -> None:
     """One start-up in this (fresh) process: [RSS once the warehouse is open, peak after]."""
-    from kindex_etl.catalog import default_catalog
-    from kindex_etl.ingestion.batch import Ingestor
-    from kindex_etl.load.warehouse import open_warehouse
-
-    warehouse = open_warehouse(url)
-    warehouse.refresh()
-    ingestor = Ingestor(warehouse, default_catalog())
+    ingestor = _fresh_ingestor(url)
     opened = _rss_mib()
-    start = time.perf_counter()
-    ingestor._rebuild_index()
-    seconds = time.perf_counter() - start
-    print(json.dumps({"runs": len(ingestor.index), "seconds": round(seconds, 3),
+    runs, seconds = _timed_rebuild(ingestor)
+    print(json.dumps({"runs": runs, "seconds": round(seconds, 3),
                       "rss_mib": [opened, _peak_mib()]}))  # fmt: skip
 
 

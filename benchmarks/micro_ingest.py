@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -62,16 +63,25 @@ def line_break() -> dict[str, float]:
     }
 
 
-def parquet_statistics(warehouse: Path) -> dict[str, float]:
+def _million_runs(warehouse: Path) -> Any:
+    """The first 1M runs of the warehouse's run files, as written (RUN_WRITE_SCHEMA)."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kindex_etl.contracts.tables import RUN_WRITE_SCHEMA
+
+    files = sorted((warehouse / "benchmark_runs").rglob("*.parquet"))[:40]
+    runs = pa.concat_tables(pq.read_table(f, schema=RUN_WRITE_SCHEMA) for f in files)
+    return runs.slice(0, 1_000_000)
+
+
+def parquet_statistics(warehouse: Path) -> dict[str, float]:
     import pyarrow.parquet as pq
 
     from kindex_etl.contracts.tables import RUN_WRITE_SCHEMA
     from kindex_etl.load.writers import PARQUET_OPTIONS, _dictionary_columns
 
-    files = sorted((warehouse / "benchmark_runs").rglob("*.parquet"))[:40]
-    runs = pa.concat_tables(pq.read_table(f, schema=RUN_WRITE_SCHEMA) for f in files)
-    runs = runs.slice(0, 1_000_000)
+    runs = _million_runs(warehouse)
     variants: dict[str, bool | list[str]] = {
         "all": True,
         "all_but_id_and_name": [
@@ -96,15 +106,12 @@ def parquet_statistics(warehouse: Path) -> dict[str, float]:
 
 
 def parquet_codecs(warehouse: Path) -> dict[str, float]:
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from kindex_etl.contracts.tables import RUN_WRITE_SCHEMA
     from kindex_etl.load.writers import PARQUET_OPTIONS, ROW_GROUP_ROWS, _dictionary_columns
 
-    files = sorted((warehouse / "benchmark_runs").rglob("*.parquet"))[:40]
-    runs = pa.concat_tables(pq.read_table(f, schema=RUN_WRITE_SCHEMA) for f in files)
-    runs = runs.slice(0, 1_000_000)
+    runs = _million_runs(warehouse)
     # Row groups as the writer makes them: each with its own unified dictionaries.
     groups = [
         runs.slice(i, ROW_GROUP_ROWS).combine_chunks().unify_dictionaries()
