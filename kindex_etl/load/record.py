@@ -53,6 +53,11 @@ class Counts(_Record):
 class Writer(_Record):
     host: str
     pid: int
+    # Random per commit attempt. A writer whose PUT reply was lost reads the record back and
+    # takes it for its own only if the bytes match: two writers of one process committing the
+    # same batch within the same millisecond wrote identical bytes without it, and the loser
+    # took the winner's record for its own.
+    attempt: str = ""
 
 
 # What a record does, for people and for tools reading the log; the state never branches on it.

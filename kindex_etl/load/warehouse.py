@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -455,4 +456,4 @@ class Warehouse:
 
 
 def _writer_id() -> Writer:
-    return Writer(host=socket.gethostname(), pid=os.getpid())
+    return Writer(host=socket.gethostname(), pid=os.getpid(), attempt=secrets.token_hex(8))

@@ -110,6 +110,26 @@ def test_losing_a_race_on_the_same_batch_keeps_the_winners_files(
     assert tables(state["data"])[layout.RUNS].num_rows == record_a.counts.runs
 
 
+def test_two_writers_of_one_process_in_one_millisecond_still_race(
+    new_url: Callable[[str], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The loser's commit, whose PUT failed, reads the record there back to see whether it is
+    its own (a lost reply). Same process, same batch, same commit time (a fast local store
+    commits both within one millisecond, as the test above sometimes did): the bytes must still
+    differ, or the loser takes the winner's record for its own and raises nothing."""
+    from kindex_etl.load import warehouse as warehouse_module
+
+    monkeypatch.setattr(warehouse_module, "utcnow", lambda: "2026-12-02T03:00:00.000Z")
+    upstream, wh = _upstream(new_url("up")), new_url("wh")
+    (wa, ia), (wb, ib) = _rival(wh), _rival(wh)
+    record_a = ia.process(_sources(upstream)).record
+    record_b = ib.process(_sources(upstream)).record
+    assert record_a is not None and record_b is not None and record_a.batch == record_b.batch
+    assert wa.commit(record_a) == 1
+    with pytest.raises(PreconditionFailed):
+        wb.commit(record_b)
+
+
 def test_a_published_file_is_never_replaced(new_url: Callable[[str], str]) -> None:
     """The loser of a race on the same batch id may stage its copy after the winner published
     (same rows, not always the same Parquet bytes). Its clean-up publishes the batch again:
