@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 
@@ -53,6 +52,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     except (StorageError, ValueError, OSError) as exc:
         print(f"kindex-etl: error: {exc}", file=sys.stderr)
         return 2
-    data = result.as_dict()
-    print(json.dumps(data, sort_keys=True, default=str) if args.json else human(data))
+    if args.json:
+        result.write_json(sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        print(human(result.as_dict()))
     return 0

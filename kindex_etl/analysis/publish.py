@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,12 @@ from .schema import REGRESSIONS_SCHEMA, change_document
 
 ATTEMPTS = 5
 DOCUMENTS = f"documents/{layout.REGRESSIONS}"
+STAGE_CHUNK = 4096  # rows made whole (run ids attached) and written at a time
+Attach = Callable[[Sequence[dict[str, Any]]], Iterator[dict[str, Any]]]
+
+
+def _whole(rows: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    return iter(rows)
 
 
 def known_states(warehouse: Warehouse) -> dict[str, str]:
@@ -47,8 +53,13 @@ def commit_changes(
     rows: list[dict[str, Any]],
     *,
     analysed_seq: int,
+    attach: Attach = _whole,
 ) -> tuple[int | None, list[dict[str, Any]]]:
-    """Commit the rows whose (change, state) is new; returns (commit seq or None, those rows)."""
+    """Commit the rows whose (change, state) is new; returns (commit seq or None, those rows).
+
+    `attach`: gives rows back whole, where `rows` leave out their run-id lists
+    (`Analysis.full_changes`); the files are written from it a chunk at a time.
+    """
     warehouse = Warehouse(store)
     for _ in range(ATTEMPTS):
         warehouse.refresh()
@@ -68,7 +79,7 @@ def commit_changes(
         batch = f"r{digest}"
         # A record with files and no upstream objects: ingests read none of it as "done", and
         # the regressions table's rows say which commit they analysed (`warehouse_seq`).
-        record = CommitRecord(batch=batch, files=_stage(warehouse, batch, new))
+        record = CommitRecord(batch=batch, files=_stage(warehouse, batch, new, attach))
         try:
             seq = warehouse.commit(record)
         except PreconditionFailed:
@@ -80,13 +91,20 @@ def commit_changes(
     raise StorageError(f"gave up after {ATTEMPTS} commit conflicts on {store.url}")
 
 
-def _stage(warehouse: Warehouse, batch: str, rows: list[dict[str, Any]]) -> list[FileEntry]:
-    table = pa.Table.from_pylist(rows, schema=REGRESSIONS_SCHEMA)
+def _stage(
+    warehouse: Warehouse, batch: str, rows: list[dict[str, Any]], attach: Attach
+) -> list[FileEntry]:
     with tempfile.TemporaryDirectory(prefix=f"kindex-{batch}-") as tmp:
         parquet = Path(tmp, "changes.parquet")
-        pq.write_table(table, parquet, compression="zstd")
         docs = Path(tmp, "changes.jsonl.zst")
-        _write_jsonl_zst(docs, rows, change_document)
+        with (
+            pq.ParquetWriter(parquet, REGRESSIONS_SCHEMA, compression="zstd") as table_out,
+            pa.CompressedOutputStream(str(docs), "zstd") as docs_out,
+        ):
+            for start in range(0, len(rows), STAGE_CHUNK):
+                whole = list(attach(rows[start : start + STAGE_CHUNK]))
+                table_out.write_table(pa.Table.from_pylist(whole, schema=REGRESSIONS_SCHEMA))
+                docs_out.write(_jsonl(whole, change_document))
         keys = [
             (layout.table_key(layout.REGRESSIONS, batch), parquet),
             (f"{DOCUMENTS}/part-{batch}.jsonl.zst", docs),
@@ -96,11 +114,7 @@ def _stage(warehouse: Warehouse, batch: str, rows: list[dict[str, Any]]) -> list
     return [FileEntry(key=key, rows=len(rows)) for key, _ in keys]
 
 
-def _write_jsonl_zst(
-    path: Path, rows: list[dict[str, Any]], doc: Callable[[dict[str, Any]], dict[str, Any]]
-) -> None:
-    payload = "".join(
+def _jsonl(rows: list[dict[str, Any]], doc: Callable[[dict[str, Any]], dict[str, Any]]) -> bytes:
+    return "".join(
         json.dumps(doc(r), sort_keys=True, separators=(",", ":")) + "\n" for r in rows
     ).encode()
-    with pa.CompressedOutputStream(str(path), "zstd") as out:
-        out.write(payload)

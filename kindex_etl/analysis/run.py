@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any, Protocol
 
 import pandas as pd
 import pyarrow as pa
@@ -13,13 +15,20 @@ from ..memory import pin_mmap_threshold
 from ..storage import ObjectStore, open_store
 from .calibration import Calibration, default_calibration
 from .detect import release_points
-from .series import RunSource, version_order
+from .series import BUCKET_ROWS, RunSource, version_order
+from .spill import PointSpill, RunIdSpill
 
-BUCKET_ROWS = 400_000
+
+class PointSink(Protocol):
+    def append(self, points: pa.Table, /) -> None: ...
 
 
 @dataclass
 class Analysis:
+    """What an analysis found. `changes` and `new` are regressions-table rows without their
+    two run-id lists, which stay on disk in `run_ids` (they grow with the runs: 2.4M ids for
+    38,399 changes over 17.5M runs); `full_changes` gives whole rows back."""
+
     warehouse: str
     seq: int
     series: int = 0
@@ -29,6 +38,7 @@ class Analysis:
     commit: int | None = None
     report: str | None = None
     elapsed_s: float = 0.0
+    run_ids: RunIdSpill = field(default_factory=RunIdSpill, repr=False, compare=False)
 
     @property
     def alerts(self) -> list[dict[str, Any]]:
@@ -53,6 +63,21 @@ class Analysis:
             "elapsed_s": self.elapsed_s,
         }
 
+    def full_changes(self, rows: list[dict[str, Any]] | None = None) -> Iterator[dict[str, Any]]:
+        """`rows` (default: every change) with `before_run_ids` and `after_run_ids`."""
+        return self.run_ids.attach(self.changes if rows is None else rows)
+
+    def write_json(self, out: IO[str]) -> None:
+        """`as_dict()` as one JSON object (sorted keys), with whole change rows, streamed: the
+        changes of a large warehouse are hundreds of MB of text."""
+        mark = "\x00changes\x00"
+        text = json.dumps({**self.as_dict(), "changes": mark}, sort_keys=True, default=str)
+        head, tail = text.split(json.dumps(mark), 1)
+        out.write(head + "[")
+        for i, row in enumerate(self.full_changes()):
+            out.write((", " if i else "") + json.dumps(row, sort_keys=True, default=str))
+        out.write("]" + tail)
+
 
 def detect_changes(
     store: ObjectStore,
@@ -60,12 +85,13 @@ def detect_changes(
     calibration: Calibration | None = None,
     since: str | None = None,
     bucket_rows: int = BUCKET_ROWS,
-    points: list[pa.Table] | None = None,
+    points: PointSink | None = None,
 ) -> Analysis:
     """Every change in the committed runs, one bucket of whole series at a time.
 
-    `since`: only changes whose after-release is at or above it (PEP 440). When `points` is a
-    list, each bucket's release points are appended to it (for the report and comparisons).
+    `since`: only changes whose after-release is at or above it (PEP 440). When `points` is
+    given (a list, a `PointSpill`), each bucket's release points are appended to it (for the
+    report and comparisons). The changes' run ids go to `Analysis.run_ids` bucket by bucket.
     """
     from .detect import detect
 
@@ -80,9 +106,11 @@ def detect_changes(
         rows = detect(bucket, cal.settings, cal.false_alarm_rate)
         if floor is not None:
             rows = [r for r in rows if version_order(r["after_release"]) >= floor]
+        result.run_ids.take(rows)
         result.changes.extend(rows)
         if points is not None:
             points.append(release_points(bucket, cal.settings))
+        del bucket  # else it stays alive while the next one is read and sorted
     result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result
@@ -113,23 +141,29 @@ def run_regressions(
     started = time.perf_counter()
     pin_mmap_threshold()  # bucket after bucket of whole series: as long-running as an ingest
     store = open_store(warehouse_url, create=write)
-    points: list[pa.Table] | None = [] if report else None
+    points = PointSpill() if report and write else None
     cal = calibration or default_calibration()
-    result = detect_changes(store, calibration=cal, since=since, points=points)
-    if write:
-        result.commit, result.new = commit_changes(store, result.changes, analysed_seq=result.seq)
-    else:
-        from ..load.warehouse import Warehouse
-        from .publish import known_states
+    try:
+        result = detect_changes(store, calibration=cal, since=since, points=points)
+        if write:
+            result.commit, result.new = commit_changes(
+                store, result.changes, analysed_seq=result.seq, attach=result.run_ids.attach
+            )
+        else:
+            from ..load.warehouse import Warehouse
+            from .publish import known_states
 
-        wh = Warehouse(store)
-        wh.refresh()
-        known = known_states(wh)
-        result.new = [c for c in result.changes if known.get(c["change_id"]) != c["state"]]
-    if report and write and points is not None:
-        from ..report import write_report
+            wh = Warehouse(store)
+            wh.refresh()
+            known = known_states(wh)
+            result.new = [c for c in result.changes if known.get(c["change_id"]) != c["state"]]
+        if points is not None:
+            from ..report import write_report
 
-        result.report = write_report(store, points_table(points), result.changes, cal, result.seq)
+            result.report = write_report(store, points, result.changes, cal, result.seq)
+    finally:
+        if points is not None:
+            points.close()
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result
 

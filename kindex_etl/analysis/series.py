@@ -8,21 +8,23 @@ in `SERIES_FIELDS`)), so anyone can recompute it from a run and its environment.
 
 The runs are read the way a consumer reads them: the files `_kindex/snapshot.json` lists,
 through the object store, with pyarrow. To scale with series and not with runs held in memory,
-runs are first split into buckets by the leading hex digits of their workload digest (part of
-the key, so a series never spans buckets), spilled to Arrow IPC files, and analysed bucket by
-bucket.
+runs are first split into buckets by a hash of the fields a series' runs share
+(`BUCKET_FIELDS`, so a series never spans buckets), spilled to Arrow IPC files, and analysed
+bucket by bucket.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -79,7 +81,13 @@ RUN_COLUMNS = [
 SNAPSHOT = "_kindex/snapshot.json"
 RUNS = "benchmark_runs"
 ENVIRONMENTS = "execution_environments"
-BUCKET_ROWS = 400_000
+# Runs per bucket, at most (a power of 16 of buckets, up to 4,096): a bucket's analysis holds
+# its runs about four times over (read, filtered, keyed, sorted), ~2.5 KiB a run; at 400,000
+# a 5M-row warehouse's analysis peaked at 1.4 GiB (README, "Speed, stop 22").
+BUCKET_ROWS = 100_000
+# The runs' digests, ids and slugs repeat from run to run: LZ4 frames cut the spilled bytes
+# (every run written once and read once) several times over for little CPU.
+_SPILL_OPTIONS = ipc.IpcWriteOptions(compression="lz4")
 _SEP, _NULL = "\x1f", "\x00"
 
 
@@ -161,14 +169,39 @@ def iter_parquet(
         yield source.read_row_group(i, columns=columns)
 
 
-def _split_by_prefix(table: pa.Table, digits: int) -> Iterator[tuple[str, pa.Table]]:
-    """(bucket name, its rows in their order) for the workload digests' first `digits` hex
-    digits ("sha256:" is 7 characters); a run without a digest goes to bucket "none"."""
-    prefix = pc.utf8_slice_codeunits(table.column("workload_digest"), 7, 7 + digits)
-    encoded = prefix.combine_chunks().dictionary_encode()
-    names = [v or "none" for v in encoded.dictionary.to_pylist()]
-    codes = pc.fill_null(encoded.indices, len(names)).to_numpy(zero_copy_only=False)
-    names.append("none")
+# What every run of one series shares that a run's own columns say (the GPU and software
+# class come from its environment, and one class spans environments): runs are bucketed by a
+# hash of these. The workload digest alone made buckets as uneven as workloads are popular
+# (742 workloads over 17.5M runs: the largest of 256 buckets held 287k runs, 4x the mean).
+BUCKET_FIELDS = ("kernel", "operation_mode", "metric", "provider", "workload_digest",
+                 "protocol_digest")  # fmt: skip
+
+
+def bucket_name(fields: Iterable[str | None], digits: int) -> str:
+    """The first `digits` hex digits of sha256 over a run's `BUCKET_FIELDS` values."""
+    return _bucket_of(_SEP.join(_NULL if v is None else v for v in fields), digits)
+
+
+def _bucket_of(joined: str, digits: int) -> str:
+    return hashlib.sha256(joined.encode("utf-8")).hexdigest()[:digits]
+
+
+def _split_by_group(table: pa.Table, digits: int) -> Iterator[tuple[str, pa.Table]]:
+    """(bucket name, its rows in their order): runs of one series always share a bucket."""
+    joined = pc.binary_join_element_wise(
+        *[table.column(f) for f in BUCKET_FIELDS],
+        _SEP,
+        null_handling="replace",
+        null_replacement=_NULL,
+    )
+    encoded = joined.combine_chunks().dictionary_encode()
+    # A row group holds a few thousand distinct groups at most: each hashed once.
+    buckets = [_bucket_of(v, digits) for v in encoded.dictionary.to_pylist()]
+    names = sorted(set(buckets))
+    code_of = {name: i for i, name in enumerate(names)}
+    codes = np.array([code_of[b] for b in buckets], np.int64)[
+        encoded.indices.to_numpy(zero_copy_only=False)
+    ]
     for code, rows in groups_by_code(codes):
         yield names[code], table.take(pa.array(rows))
 
@@ -327,22 +360,72 @@ class RunSource:
         ranks: Mapping[str, int],
     ) -> Iterator[pa.Table]:
         with tempfile.TemporaryDirectory(prefix="kindex-series-") as tmp:
-            writers: dict[str, ipc.RecordBatchFileWriter] = {}
-            schema: pa.Schema | None = None
+            spill: _BucketFiles | None = None
             # A row group at a time (a compacted release file holds a million runs or more),
             # each split into its buckets by one sort, not one filter pass per bucket.
             for key in files:
                 for table in iter_parquet(self.store, key, cols):
-                    if schema is None:
-                        schema = table.schema
-                    table = table.cast(schema)
-                    for name, part in _split_by_prefix(table, digits):
-                        if name not in writers:
-                            writers[name] = ipc.new_file(Path(tmp, f"{name}.arrow"), schema)
-                        writers[name].write_table(part)
-            for w in writers.values():
-                w.close()
-            for name in sorted(writers):
-                with pa.memory_map(str(Path(tmp, f"{name}.arrow"))) as source:
-                    table = ipc.open_file(source).read_all()
-                yield with_series(table, machines, ranks)
+                    if spill is None:
+                        spill = _BucketFiles(Path(tmp), table.schema)
+                    for name, part in _split_by_group(table.cast(spill.schema), digits):
+                        spill.add(name, part)
+            if spill is not None:
+                spill.close()
+            del spill
+            for name in sorted(os.listdir(tmp)):
+                # Not bound to a name here: a suspended generator would keep the bucket's
+                # unsorted runs alive beside the sorted ones while the caller analyses them.
+                yield with_series(_read_ipc(Path(tmp, name)), machines, ranks)
+
+
+SPILL_BATCH_ROWS = 16_384
+SPILL_BUFFER_BYTES = 64 * 2**20
+
+
+class _BucketFiles:
+    """The buckets' spill files, written in batches of `SPILL_BATCH_ROWS` rows or more.
+
+    A row group split 256 ways gives pieces of a few hundred rows, each its own IPC message
+    and LZ4 frames when written alone, and a bucket of thousands of batches to read back.
+    Pieces wait, at most `SPILL_BUFFER_BYTES` of them in all, and a bucket's are written
+    together (over 4.4M runs, spill and buckets took 27 to 30 s against 28.5 to 39 s).
+    """
+
+    def __init__(self, folder: Path, schema: pa.Schema) -> None:
+        self.folder, self.schema = folder, schema
+        self._writers: dict[str, ipc.RecordBatchFileWriter] = {}
+        self._pending: dict[str, list[pa.Table]] = {}
+        self._rows: dict[str, int] = {}
+        self._bytes = 0
+
+    def add(self, name: str, part: pa.Table) -> None:
+        self._pending.setdefault(name, []).append(part)
+        self._rows[name] = self._rows.get(name, 0) + part.num_rows
+        self._bytes += part.nbytes
+        if self._rows[name] >= SPILL_BATCH_ROWS:
+            self._flush(name)
+        elif self._bytes > SPILL_BUFFER_BYTES:
+            for waiting in list(self._pending):
+                self._flush(waiting)
+
+    def _flush(self, name: str) -> None:
+        parts = self._pending.pop(name)
+        self._rows.pop(name)
+        self._bytes -= sum(p.nbytes for p in parts)
+        writer = self._writers.get(name)
+        if writer is None:
+            path = self.folder / f"{name}.arrow"
+            writer = self._writers[name] = ipc.new_file(path, self.schema, options=_SPILL_OPTIONS)
+        writer.write_table(pa.concat_tables(parts).combine_chunks())
+
+    def close(self) -> None:
+        for name in list(self._pending):
+            self._flush(name)
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
+
+
+def _read_ipc(path: Path) -> pa.Table:
+    with pa.memory_map(str(path)) as source:
+        return ipc.open_file(source).read_all()

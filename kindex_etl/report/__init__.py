@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from ..analysis.calibration import STEPS, Calibration
 from ..analysis.compare import compare_baseline
 from ..analysis.series import version_order
+from ..analysis.spill import PointSpill
 from ..load import layout
 from ..storage import ObjectStore
 from .svg import PALETTE, Line, chart
@@ -272,7 +273,7 @@ def index_page(
 
 
 def build_report(
-    points: pd.DataFrame | pa.Table,
+    points: pd.DataFrame | pa.Table | PointSpill,
     changes: list[dict[str, Any]],
     cal: Calibration,
     seq: int | None = None,
@@ -297,8 +298,13 @@ def build_report(
     return {"index.html": index_page(series, changes, cal, seq), **pages}
 
 
-def _kernel_frames(points: pd.DataFrame | pa.Table) -> Iterator[tuple[str, pd.DataFrame]]:
+def _kernel_frames(
+    points: pd.DataFrame | pa.Table | PointSpill,
+) -> Iterator[tuple[str, pd.DataFrame]]:
     """(kernel, its release points as pandas), by kernel name."""
+    if isinstance(points, PointSpill):
+        yield from points.kernel_frames()
+        return
     if isinstance(points, pd.DataFrame):
         if not points.empty:
             for k, frame in points.groupby("kernel", sort=True):
@@ -313,7 +319,7 @@ def _kernel_frames(points: pd.DataFrame | pa.Table) -> Iterator[tuple[str, pd.Da
 
 def write_report(
     store: ObjectStore,
-    frame: pd.DataFrame | pa.Table,
+    frame: pd.DataFrame | pa.Table | PointSpill,
     changes: list[dict[str, Any]],
     cal: Calibration,
     seq: int | None = None,

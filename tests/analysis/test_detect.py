@@ -29,9 +29,9 @@ def _noisy(rng: np.random.Generator, step: float, at: int, sigma: float = 0.01) 
 def test_injected_step_is_found_at_its_release(tmp_path: Path, step: float, at: int) -> None:
     rng = np.random.default_rng(int(step * 100) + at)
     wh = build_warehouse(tmp_path, [series_rows(_noisy(rng, step, at))])
-    changes = detect_changes(open_store(wh)).changes
-    assert len(changes) == 1
-    (c,) = changes
+    result = detect_changes(open_store(wh))
+    assert len(result.changes) == 1
+    (c,) = result.full_changes()
     assert (c["before_release"], c["after_release"]) == (RELEASES[at - 1], RELEASES[at])
     assert c["state"] == "alert" and c["direction"] == "slower"
     assert c["ratio_low"] < 1 + step < c["ratio_high"]

@@ -13,9 +13,11 @@ import rfc8785
 
 from kindex_etl.analysis.run import detect_changes
 from kindex_etl.analysis.series import (
+    BUCKET_FIELDS,
     SERIES_FIELDS,
     RunSource,
-    _split_by_prefix,
+    _split_by_group,
+    bucket_name,
     iter_parquet,
     series_key,
     software_class,
@@ -157,20 +159,46 @@ def test_spilled_buckets_hold_whole_series_and_find_the_same(tmp_path: Path) -> 
     assert whole == spilled
 
 
-def test_runs_are_spilled_a_row_group_at_a_time_into_prefix_buckets(tmp_path: Path) -> None:
+def test_runs_are_spilled_a_row_group_at_a_time_into_hashed_series_buckets(
+    tmp_path: Path,
+) -> None:
     # A compacted release file holds a million runs or more: it is read a row group at a
-    # time, and each group is split by the workload digest's leading hex digits in one sort,
+    # time, and each group is split in one sort by a hash of what a series' runs share,
     # every bucket keeping its rows in file order.
-    digests = ["sha256:ab01", "sha256:cd02", None, "sha256:ab03", "sha256:cd04", "sha256:ab05"]
-    table = pa.table({"workload_digest": digests, "n": list(range(6))})
-    pq.write_table(table, tmp_path / "runs.parquet", row_group_size=4)
+    n = 12
+    table = pa.table(
+        {
+            "kernel": ["rope"] * n,
+            "operation_mode": ["full", "forward"] * (n // 2),
+            "metric": ["speed"] * n,
+            # One popular workload and a rare one; the rare one's digest is missing once.
+            "workload_digest": ["sha256:ab"] * 9 + ["sha256:cd", None, "sha256:cd"],
+            "protocol_digest": ["sha256:p"] * n,
+            "provider": [f"p{i % 6}" for i in range(n)],
+            "n": list(range(n)),
+        }
+    )
+    pq.write_table(table, tmp_path / "runs.parquet", row_group_size=8)
     store = open_store(str(tmp_path))
     groups = list(iter_parquet(store, "runs.parquet"))
-    assert [g.num_rows for g in groups] == [4, 2]
+    assert [g.num_rows for g in groups] == [8, 4]
     assert pa.concat_tables(groups).equals(table)
 
-    def parts(group: pa.Table) -> list[tuple[str, list[int]]]:
-        return sorted((name, p.column("n").to_pylist()) for name, p in _split_by_prefix(group, 2))
+    def fields(row: dict[str, object]) -> tuple[object, ...]:
+        return tuple(row[f] for f in BUCKET_FIELDS)
 
-    assert parts(groups[0]) == [("ab", [0, 3]), ("cd", [1]), ("none", [2])]
-    assert parts(groups[1]) == [("ab", [5]), ("cd", [4])]
+    seen: dict[tuple[object, ...], str] = {}
+    for group in groups:
+        parts = list(_split_by_group(group, 1))
+        got = [n for _, p in parts for n in p.column("n").to_pylist()]
+        assert sorted(got) == sorted(group.column("n").to_pylist())
+        for name, part in parts:
+            rows = part.to_pylist()
+            assert [r["n"] for r in rows] == sorted(r["n"] for r in rows)  # file order kept
+            for r in rows:
+                assert name == bucket_name(fields(r), 1)
+                # Runs that share the series fields share a bucket, whatever their row group.
+                assert seen.setdefault(fields(r), name) == name
+    # The popular workload's runs (six providers, two passes) do not all land in one bucket.
+    popular = {name for key, name in seen.items() if key[4] == "sha256:ab"}
+    assert len(popular) > 1
