@@ -18,9 +18,14 @@ from kindex_etl.analysis.run import Analysis, run_regressions
 from kindex_etl.config import settings
 
 
-@task(name="detect-regressions", retries=2, retry_delay_seconds=[5, 30], cache_policy=NONE)
+@task(
+    name="detect-regressions", retries=2, retry_delay_seconds=[5, 30], cache_policy=NONE,
+    persist_result=False,
+)  # fmt: skip
 def detect(warehouse: str, since: str | None) -> Analysis:
-    # Safe to retry: a change already committed is not committed again.
+    # Safe to retry: a change already committed is not committed again. Never persisted,
+    # whatever the deployment's default: the result is used in this process, and its run-id
+    # lists live in a local temporary file (`kindex_etl.analysis.spill`).
     return run_regressions(warehouse, since=since)
 
 
