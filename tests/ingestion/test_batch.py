@@ -110,3 +110,29 @@ def test_without_a_run_index_a_start_up_reads_the_run_files_one_at_a_time(tmp_pa
     again = ingest(str(up), str(wh), IngestOptions(trigger=False))
     assert again.runs_written == 0 and again.duplicate_rows == 3
     assert run_files <= set(read)
+
+
+def test_a_forgotten_ingestor_is_freed(tmp_path: Path) -> None:
+    # The ingest flow drops its process's ingestor before the analysis it chains. It was
+    # alive when the first batch froze what was alive (`bulk_collector`), where a reference
+    # cycle would never be collected: nothing else may hold it.
+    import gc
+    import weakref
+
+    from tests.helpers import row, write_csv
+
+    up = tmp_path / "up"
+    rows = [row(x_value=str(2**i)) for i in range(5)]
+    write_csv(up / "a.csv", rows[:4])
+    ingest(str(up), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    assert run_module._ingestor is not None
+    held = weakref.ref(run_module._ingestor[2])
+    assert gc.get_freeze_count() > 0
+    run_module.forget_ingestor()
+    assert run_module._ingestor is None
+    assert held() is None
+    # A next ingest in the process starts a fresh one, which knows the committed runs.
+    write_csv(up / "b.csv", rows)
+    again = ingest(str(up), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    assert (again.runs_written, again.duplicate_rows) == (1, 4)
+    assert run_module._ingestor is not None
