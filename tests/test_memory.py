@@ -117,3 +117,40 @@ def test_cycles_made_inside_a_bulk_batch_are_still_collected():
         keep = [[i] for i in range(3 * BULK_GC_THRESHOLDS[0])]
         assert alive() is None
         del keep
+
+
+_POOL = """
+import json, pyarrow as pa
+from kindex_etl.memory import use_bulk_arrow_pool
+try:
+    pa.jemalloc_memory_pool()
+    has = True
+except NotImplementedError:
+    has = False
+before = pa.default_memory_pool().backend_name
+chosen = use_bulk_arrow_pool()
+arr = pa.array(list(range(1000))).cast(pa.float64())  # allocated after the switch
+now = pa.default_memory_pool().backend_name
+total = pa.compute.sum(arr).as_py()
+print(json.dumps({"has": has, "before": before, "chosen": chosen, "now": now, "sum": total}))
+"""
+
+
+def _pool(**env: str) -> dict[str, object]:
+    base = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    done = subprocess.run(
+        [sys.executable, "-c", _POOL],
+        env={**base, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout)
+
+
+def test_bulk_work_runs_on_jemalloc_unless_a_pool_was_chosen():
+    ours = _pool()
+    assert ours["chosen"] == ours["now"] == ("jemalloc" if ours["has"] else ours["before"])
+    assert ours["sum"] == sum(range(1000))
+    chosen = _pool(ARROW_DEFAULT_MEMORY_POOL="system")
+    assert chosen["before"] == chosen["chosen"] == chosen["now"] == "system"

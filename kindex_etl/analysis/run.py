@@ -11,7 +11,7 @@ from typing import IO, Any, Protocol
 import pandas as pd
 import pyarrow as pa
 
-from ..memory import pin_mmap_threshold, release_unused_memory
+from ..memory import pin_mmap_threshold, release_unused_memory, use_bulk_arrow_pool
 from ..storage import ObjectStore, open_store
 from .calibration import Calibration, default_calibration
 from .detect import release_points
@@ -141,6 +141,7 @@ def run_regressions(
     started = time.perf_counter()
     pin_mmap_threshold()  # bucket after bucket of whole series: as long-running as an ingest
     release_unused_memory()  # what an ingest before it in this process left cached
+    use_bulk_arrow_pool()
     store = open_store(warehouse_url, create=write)
     points = PointSpill() if report and write else None
     cal = calibration or default_calibration()

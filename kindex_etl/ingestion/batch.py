@@ -40,7 +40,7 @@ from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import CommitRecord, Counts, FileEntry
 from kindex_etl.load.warehouse import Warehouse
 from kindex_etl.load.writers import ParquetTableWriter, RunsWriter, WrittenFile
-from kindex_etl.memory import bulk_collector, pin_mmap_threshold
+from kindex_etl.memory import bulk_collector, pin_mmap_threshold, use_bulk_arrow_pool
 from kindex_etl.normalize.columnar import (
     STORED_KEY_COLUMNS,
     ColumnarNormalizer,
@@ -252,6 +252,7 @@ class Ingestor:
         # have large frees returned to the system for the long ingest ahead.
         remove_orphaned_workdirs()
         pin_mmap_threshold()
+        use_bulk_arrow_pool()
 
     def _rebuild_index(self) -> None:
         """Load the run keys of every committed run, so re-delivered rows become duplicates."""

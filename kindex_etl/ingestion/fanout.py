@@ -27,7 +27,7 @@ from kindex_etl.errors import BadFile, StorageError
 from kindex_etl.extract.discover import Candidate
 from kindex_etl.extract.read import Malformed, RowBatch, count_lines, read_batches
 from kindex_etl.ingestion.threads import prefetch
-from kindex_etl.memory import bulk_collector
+from kindex_etl.memory import bulk_collector, use_bulk_arrow_pool
 from kindex_etl.normalize.columnar import ColumnarNormalizer
 from kindex_etl.normalize.descriptors import Descriptor
 from kindex_etl.storage import ObjectStore, open_store
@@ -216,5 +216,6 @@ def normalize_objects(
     """A worker's share of one commit batch: every object read and normalized, in order."""
     store = open_store(upstream_url)
     normalizer = _normalizer_for(catalog or default_catalog())
+    use_bulk_arrow_pool()
     with bulk_collector():
         return [normalize_object(store, c, normalizer) for c in batch]
