@@ -1,9 +1,11 @@
 """Keeping a long ingest's (or analysis's) memory and collector costs to what it needs.
 
-Two process-wide settings, both for the bulk work of a batch:
+Process-wide settings for the bulk work of a batch, and one clean-up between kinds of work:
 
 * `pin_mmap_threshold`: large frees go back to the system (glibc).
+* `use_bulk_arrow_pool`: Arrow allocates from jemalloc (faster, and less kept, than mimalloc).
 * `bulk_collector`: Python's cyclic collector stops re-walking what never becomes garbage.
+* `release_unused_memory`: what the allocators keep free goes back, before an analysis.
 
 glibc serves an allocation above its mmap threshold with its own mapping and unmaps it on
 free; below, from the heap, which only shrinks from the top. The threshold slides up (to
@@ -111,10 +113,12 @@ def bulk_collector() -> Iterator[None]:
 def release_unused_memory() -> None:
     """Hand what is free back to the system: Arrow's pool, then the top of glibc's heap.
 
-    Arrow's allocator (mimalloc, jemalloc) keeps freed pages for reuse. After a 5M-row ingest
-    424 MiB of a process's 1,023 MiB were such pages (`release_unused` gave them back), and an
+    Arrow's allocator keeps freed pages for reuse. On mimalloc, after a 5M-row ingest, 424 MiB
+    of a process's 1,023 MiB were such pages (`release_unused` gave them back), and an
     analysis started in that process, as the ingest flow chains one, stacked its own peak on
-    top of them (README, "The regressions step, stop 22").
+    top of them (README, "The regressions step, stop 22"). jemalloc, which bulk work uses
+    where it can (`use_bulk_arrow_pool`), keeps fewer, and `release_unused` does not shrink
+    what it keeps.
     """
     import pyarrow as pa
 
