@@ -53,12 +53,15 @@ class RunIdSpill:
         self._path = self._folder.path / "run_ids.arrow"
         self._writer: ipc.RecordBatchFileWriter | None = None
         self._row: dict[str, int] = {}
+        self._sealed = False  # read from: an IPC file is written once, then only read
 
     def __len__(self) -> int:
         return len(self._row)
 
     def take(self, rows: Iterable[dict[str, Any]]) -> None:
         """Move the run-id lists out of `rows` (changed in place) into the spill."""
+        if self._sealed:
+            raise RuntimeError("run ids were read back already: the spill takes no more")
         columns: dict[str, list[Any]] = {name: [] for name in RUN_ID_FIELDS}
         for row in rows:
             change_id = row["change_id"]
@@ -102,6 +105,7 @@ class RunIdSpill:
             return {name: table.column(name).to_pylist() for name in RUN_ID_FIELDS}
 
     def _finish(self) -> None:
+        self._sealed = True
         if self._writer is not None:
             self._writer.close()
             self._writer = None

@@ -50,6 +50,10 @@ def test_run_ids_leave_the_rows_and_come_back_in_any_order_and_chunk() -> None:
     assert back == [whole[i] for i in (6, 0, 3, 5, 1, 4, 2)]
     # The rows handed in stay light; attach gives new dicts.
     assert all("before_run_ids" not in r for r in rows)
+    # Once read, the file is whole: more rows would rewrite it under the ids already handed out.
+    with pytest.raises(RuntimeError, match="read back already"):
+        spill.take(_changes(9)[8:])
+    assert list(spill.attach(order[:1])) == [whole[6]]
     spill.close()
 
 
