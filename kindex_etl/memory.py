@@ -23,11 +23,24 @@ import ctypes.util
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
+from typing import Any
 
 from kindex_etl.config import settings
 
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number (malloc.h)
 _pinned: int | None = None
+
+
+@cache
+def _libc(function: str) -> Any | None:
+    """glibc's `function`, or None where the C library has none (musl, macOS). Looked up
+    once: `find_library` runs `ldconfig` to find the library."""
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), function) if name else None
+    except (OSError, AttributeError):
+        return None
 
 
 def pin_mmap_threshold() -> bool:
@@ -42,11 +55,7 @@ def pin_mmap_threshold() -> bool:
         return False
     if _pinned == threshold:
         return True
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt if name else None
-    except (OSError, AttributeError):
-        mallopt = None
+    mallopt = _libc("mallopt")
     if mallopt is None or mallopt(_M_MMAP_THRESHOLD, ctypes.c_int(threshold)) != 1:
         return False
     _pinned = threshold
@@ -123,10 +132,6 @@ def release_unused_memory() -> None:
     import pyarrow as pa
 
     pa.default_memory_pool().release_unused()
-    name = ctypes.util.find_library("c")
-    try:
-        trim = ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        trim = None  # not glibc: nothing to trim
+    trim = _libc("malloc_trim")
     if trim is not None:
         trim(0)

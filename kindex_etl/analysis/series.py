@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..load.writers import groups_by_code
 from ..storage import NotFound, ObjectStore
+from .spill import read_ipc
 
 SERIES_FIELDS = (
     "kernel",
@@ -369,13 +369,12 @@ class RunSource:
                         spill = _BucketFiles(Path(tmp), table.schema)
                     for name, part in _split_by_group(table.cast(spill.schema), digits):
                         spill.add(name, part)
-            if spill is not None:
-                spill.close()
+            paths = spill.close() if spill is not None else []
             del spill
-            for name in sorted(os.listdir(tmp)):
+            for path in paths:
                 # Not bound to a name here: a suspended generator would keep the bucket's
                 # unsorted runs alive beside the sorted ones while the caller analyses them.
-                yield with_series(_read_ipc(Path(tmp, name)), machines, ranks)
+                yield with_series(read_ipc(path), machines, ranks)
 
 
 SPILL_BATCH_ROWS = 16_384
@@ -414,18 +413,19 @@ class _BucketFiles:
         self._bytes -= sum(p.nbytes for p in parts)
         writer = self._writers.get(name)
         if writer is None:
-            path = self.folder / f"{name}.arrow"
+            path = self._path(name)
             writer = self._writers[name] = ipc.new_file(path, self.schema, options=_SPILL_OPTIONS)
         writer.write_table(pa.concat_tables(parts).combine_chunks())
 
-    def close(self) -> None:
+    def close(self) -> list[Path]:
+        """Write what waits, close the files; their paths in bucket-name order."""
         for name in list(self._pending):
             self._flush(name)
         for writer in self._writers.values():
             writer.close()
+        names = sorted(self._writers)
         self._writers.clear()
+        return [self._path(name) for name in names]
 
-
-def _read_ipc(path: Path) -> pa.Table:
-    with pa.memory_map(str(path)) as source:
-        return ipc.open_file(source).read_all()
+    def _path(self, name: str) -> Path:
+        return self.folder / f"{name}.arrow"

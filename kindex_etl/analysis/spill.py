@@ -33,6 +33,12 @@ _RUN_IDS_SCHEMA = pa.schema([(name, pa.list_(pa.string())) for name in RUN_ID_FI
 ATTACH_CHUNK = 4096
 
 
+def read_ipc(path: Path) -> pa.Table:
+    """An Arrow IPC file of this machine's spills, memory-mapped (buffers keep the mapping)."""
+    with pa.memory_map(str(path)) as source:
+        return ipc.open_file(source).read_all()
+
+
 class _Folder:
     """A temporary folder that outlives no one: removed on close, collection or exit."""
 
@@ -100,9 +106,10 @@ class RunIdSpill:
             return {name: [] for name in RUN_ID_FIELDS}
         # Mapped, and only the wanted rows copied out: the pages read are released with the
         # mapping, so the resident set never holds more than a chunk's lists.
-        with pa.memory_map(str(self._path)) as source:
-            table = ipc.open_file(source).read_all().take(pa.array(indices, pa.int64()))
-            return {name: table.column(name).to_pylist() for name in RUN_ID_FIELDS}
+        # Mapped, and only the wanted rows copied out: the pages read go with the mapping, so
+        # the resident set never holds more than a chunk's lists.
+        table = read_ipc(self._path).take(pa.array(indices, pa.int64()))
+        return {name: table.column(name).to_pylist() for name in RUN_ID_FIELDS}
 
     def _finish(self) -> None:
         self._sealed = True
@@ -156,8 +163,7 @@ class PointSpill:
 
     def read(self, kernel: str) -> pa.Table:
         self._finish()
-        with pa.memory_map(str(self._files[kernel])) as source:
-            return ipc.open_file(source).read_all()
+        return read_ipc(self._files[kernel])
 
     def kernel_frames(self) -> Iterator[tuple[str, pd.DataFrame]]:
         for kernel in self.kernels():

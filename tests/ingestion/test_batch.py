@@ -18,7 +18,7 @@ def _ingest(tmp_path: Path, name: str) -> dict[str, bytes]:
     if not upstream.exists():
         upstream.mkdir(parents=True)
         shutil.copy(need_shared(SAMPLE_CSV), upstream / "all_benchmark_data.csv")
-    run_module._ingestor = None  # a fresh process: no descriptors resolved yet
+    run_module.forget_ingestor()  # a fresh process: no descriptors resolved yet
     wh = tmp_path / name
     summary = ingest(str(tmp_path / "up"), str(wh), IngestOptions(trigger=False))
     assert summary.runs_written == 2448
@@ -84,7 +84,7 @@ def test_without_a_run_index_a_start_up_reads_the_run_files_one_at_a_time(tmp_pa
     stamps = ("2026-06-10 10:00:00", "2026-06-11 10:00:00", "2026-06-12 10:00:00")
     for i, stamp in enumerate(stamps):
         write_csv(up / f"c{i}.csv", [row(timestamp=stamp)])
-        run_module._ingestor = None
+        run_module.forget_ingestor()
         assert ingest(str(up), str(wh), IngestOptions(trigger=False)).runs_written == 1
     warehouse = open_warehouse(str(wh))
     warehouse.refresh()
@@ -106,7 +106,7 @@ def test_without_a_run_index_a_start_up_reads_the_run_files_one_at_a_time(tmp_pa
     monkeypatch.setattr(Warehouse, "read_table", read_table)
     monkeypatch.setattr(Warehouse, "read_file", read_file)
     write_csv(up / "again.csv", [row(timestamp=stamp) for stamp in stamps])
-    run_module._ingestor = None  # a fresh process
+    run_module.forget_ingestor()  # a fresh process
     again = ingest(str(up), str(wh), IngestOptions(trigger=False))
     assert again.runs_written == 0 and again.duplicate_rows == 3
     assert run_files <= set(read)

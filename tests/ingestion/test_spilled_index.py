@@ -12,7 +12,7 @@ from tests.warehouse import SAMPLE_CSV, assert_same_files, data_objects, need_sh
 
 
 def _ingest(up: Path, wh: Path):
-    run_module._ingestor = None  # a fresh process: the index is built from the warehouse
+    run_module.forget_ingestor()  # a fresh process: the index is built from the warehouse
     return ingest(str(up), str(wh), IngestOptions(trigger=False))
 
 

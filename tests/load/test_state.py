@@ -109,7 +109,7 @@ def _backfill_in_a_new_process(upstream: str, wh: str) -> tuple[int, int]:
     """(runs written, duplicates) of re-reading every object, as a process started afresh."""
     from kindex_etl.ingestion import run as run_module
 
-    run_module._ingestor = None  # no run index in memory: it is built from the warehouse
+    run_module.forget_ingestor()  # no run index in memory: it is built from the warehouse
     summary = ingest(upstream, wh, IngestOptions(backfill=True, trigger=False))
     return summary.runs_written, summary.duplicate_rows
 
