@@ -47,7 +47,7 @@ def _churn(threshold: str) -> dict[str, object]:
 
 
 def test_pinned_large_frees_return_to_the_system():
-    pinned = _churn("131072")
+    pinned = _churn(str(1 << 20))  # the default
     sliding = _churn("0")
     assert pinned["pinned"] is True and sliding["pinned"] is False
     assert float(pinned["grown_mib"]) < 20  # type: ignore[arg-type]

@@ -195,3 +195,33 @@ def test_prepare_then_build_of_kept_rows_is_normalize_filtered():
         whole.runs.column("external_id").filter(pa.array(~keep)).to_pylist()
     )
     assert prepared.versions(keep) == set(runs.column("liger_version").to_pylist())
+
+
+def test_descriptor_chunks_stop_merging_at_their_bound(monkeypatch):
+    # Merging every chunk copied the whole descriptor table at once (the peak moment of a long
+    # ingest): chunks stay at most MAX_CHUNK_DESCRIPTORS, and the columns taken across many
+    # chunks are those of one table.
+    from kindex_etl.normalize import columnar
+
+    monkeypatch.setattr(columnar, "MAX_CHUNK_DESCRIPTORS", 4)
+    rows = sample_rows()
+    chunked = ColumnarNormalizer(default_catalog())
+    whole = ColumnarNormalizer(default_catalog())
+    for start in range(0, len(rows), 3):  # a few new descriptors per batch, as an ingest adds
+        part = rows[start : start + 3]
+        lines = np.arange(2, len(part) + 2)
+        got = chunked.normalize(_batch(part), source_key="k", source_etag="e", lines=lines)
+        with monkeypatch.context() as unbounded:
+            unbounded.setattr(columnar, "MAX_CHUNK_DESCRIPTORS", 1 << 30)
+            want = whole.normalize(_batch(part), source_key="k", source_etag="e", lines=lines)
+        assert got.runs.to_pylist() == want.runs.to_pylist()
+        assert got.json_lines.equals(want.json_lines)
+    table = chunked.table
+    assert len(table.descriptors) > 12
+    sizes = [c.num_rows for c in table._chunks]
+    assert max(sizes) <= 4 and sum(sizes) == len(table.descriptors)
+    assert max(c.num_rows for c in whole.table._chunks) > 4
+    ids = np.arange(len(table.descriptors))
+    assert table.columns_of(ids)["series_id"].to_pylist() == [
+        d.series_id for d in table.descriptors
+    ]
