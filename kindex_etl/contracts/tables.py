@@ -19,20 +19,35 @@ QUANTILES = ("median", "p20", "p80")
 DESCRIPTOR, ROW = b"descriptor", b"row"
 
 
-def _field(name: str, type_: pa.DataType, origin: bytes) -> pa.Field:
-    return pa.field(name, type_, metadata={_ORIGIN: origin})
+_STATISTICS = b"statistics"
 
 
-def _s(name: str, origin: bytes = DESCRIPTOR) -> pa.Field:
-    return _field(name, pa.string(), origin)
+def _field(name: str, type_: pa.DataType, origin: bytes, *, statistics: bool = True) -> pa.Field:
+    metadata = {_ORIGIN: origin}
+    if not statistics:
+        metadata[_STATISTICS] = b"none"
+    return pa.field(name, type_, metadata=metadata)
+
+
+def _s(name: str, origin: bytes = DESCRIPTOR, *, statistics: bool = True) -> pa.Field:
+    """`statistics=False`: written without Parquet statistics. For long text that is distinct
+    per run or per descriptor (ids, digests, descriptors): its values span every row group,
+    so min/max skip none. Statistics on every column were a quarter of the runs table's write
+    time; without these columns' the write takes ~10 % less (`benchmarks/micro_ingest.py`)."""
+    return _field(name, pa.string(), origin, statistics=statistics)
+
+
+def has_statistics(field: pa.Field) -> bool:
+    """Whether a column is written with Parquet statistics (see `_s`)."""
+    return (field.metadata or {}).get(_STATISTICS) != b"none"
 
 
 RUN_SCHEMA = pa.schema(
     [
-        _s("external_id", ROW),
-        _s("series_id"),
-        _s("name", ROW),
-        _s("title"),
+        _s("external_id", ROW, statistics=False),
+        _s("series_id", statistics=False),
+        _s("name", ROW, statistics=False),
+        _s("title", statistics=False),
         _s("status", ROW),
         _s("metric"),
         _field("observed_at", pa.timestamp("ms", tz="UTC"), ROW),
@@ -45,12 +60,12 @@ RUN_SCHEMA = pa.schema(
         _s("liger_version"),
         _s("release_key"),  # liger_version as text that sorts in PEP 440 order; null if invalid
         _s("x_name"),
-        _s("x_label"),
+        _s("x_label", statistics=False),
         _s("x_value"),
         _field("x_value_number", pa.float64(), DESCRIPTOR),  # null when x is not a number
-        _s("workload_slug"),
+        _s("workload_slug", statistics=False),
         _s("dtype"),
-        _s("config"),
+        _s("config", statistics=False),
         _s("value_unit"),
         _field("value_median", pa.int64(), ROW),
         _field("value_p20", pa.int64(), ROW),
@@ -60,12 +75,12 @@ RUN_SCHEMA = pa.schema(
         _field("source_p80", pa.float64(), ROW),
         # The same values again, in columns whose names carry the unit: null on the other metric.
         *(_field(f"{c}_{q}", pa.int64(), ROW) for c in UNIT_COLUMNS.values() for q in QUANTILES),
-        _s("protocol_digest"),
-        _s("workload_digest"),
-        _s("environment_digest"),
-        _s("implementation_digest"),
-        _s("workload_descriptor"),
-        _s("implementation_descriptor"),
+        _s("protocol_digest", statistics=False),
+        _s("workload_digest", statistics=False),
+        _s("environment_digest", statistics=False),
+        _s("implementation_digest", statistics=False),
+        _s("workload_descriptor", statistics=False),
+        _s("implementation_descriptor", statistics=False),
         _field("known_kernel", pa.bool_(), DESCRIPTOR),
         _s("source_kernel"),  # the upstream kernel_name as written (`dyt_beta=True`)
         _s("workload_variant"),  # the catalog variant rule that named the keys; null if none

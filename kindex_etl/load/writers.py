@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from kindex_etl.contracts.tables import has_statistics
 from kindex_etl.load import layout
 
 # store_schema=False: readers see plain strings, not the dictionary types we write with
@@ -22,7 +23,6 @@ from kindex_etl.load import layout
 PARQUET_OPTIONS = {
     "compression": "zstd",
     "compression_level": 1,
-    "write_statistics": True,
     "store_schema": False,
 }
 _ZSTD = pa.Codec("zstd", compression_level=1)
@@ -52,7 +52,7 @@ class ParquetTableWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._writer = pq.ParquetWriter(
                 self.path, self.schema, use_dictionary=_dictionary_columns(self.schema),
-                **PARQUET_OPTIONS,
+                write_statistics=statistics_columns(self.schema), **PARQUET_OPTIONS,
             )  # fmt: skip
         self._writer.write_table(table.cast(self.schema), row_group_size=1 << 20)
         self.rows += table.num_rows
@@ -62,6 +62,13 @@ class ParquetTableWriter:
             return None
         self._writer.close()
         return WrittenFile(self.key, self.path, self.rows)
+
+
+def statistics_columns(schema: pa.Schema) -> list[str] | bool:
+    """The columns written with Parquet statistics: all but those the schema marks
+    (`contracts.tables.has_statistics`)."""
+    names = [f.name for f in schema if has_statistics(f)]
+    return True if len(names) == len(schema) else names
 
 
 def _dictionary_columns(schema: pa.Schema) -> list[str] | bool:

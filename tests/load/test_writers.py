@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from kindex_etl.load import layout
@@ -155,3 +156,52 @@ def test_take_compact_remaps_columns_sharing_one_index_array_like_a_plain_take()
     # A column with several chunks takes the general path and reads back the same.
     split = pa.table({"head": pa.chunked_array([head.slice(0, 200), head.slice(200)])})
     assert take_compact(split, rows).to_pylist() == split.take(pa.array(rows)).to_pylist()
+
+
+def test_runs_files_carry_statistics_where_readers_prune_by_them(tmp_path: Path) -> None:
+    # min/max of ids, digests and descriptors skip no row group (their values span all of
+    # them) and cost a quarter of the write: those columns have none. The rest keep theirs,
+    # and a filter on either kind still finds its rows.
+    import duckdb
+
+    from kindex_etl.catalog import default_catalog
+    from kindex_etl.contracts.tables import RUN_WRITE_SCHEMA, has_statistics
+    from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
+    from kindex_etl.demo import sample_rows
+    from kindex_etl.normalize.columnar import ColumnarNormalizer
+
+    rows = sample_rows()
+    batch = pa.RecordBatch.from_pydict(
+        {c: pa.array([r[c] for r in rows], pa.string()) for c in UPSTREAM_COLUMNS}
+    )
+    out = ColumnarNormalizer(default_catalog()).normalize(
+        batch, source_key="k", source_etag="e", lines=np.arange(2, len(rows) + 2)
+    )
+    writer = RunsWriter(tmp_path, "b1", RUN_WRITE_SCHEMA)
+    writer.write(out.runs, out.json_lines)
+    parquet = [f.path for f in writer.close() if f.key.endswith(".parquet")]
+    assert parquet
+    unsummarized = {f.name for f in RUN_WRITE_SCHEMA if not has_statistics(f)}
+    assert {"external_id", "series_id", "workload_descriptor"} <= unsummarized
+    assert not {"observed_at", "kernel", "gpu_name", "value_median"} & unsummarized
+    for path in parquet:
+        group = pq.ParquetFile(path).metadata.row_group(0)
+        for i in range(group.num_columns):
+            column = group.column(i)
+            summarized = column.statistics is not None and column.statistics.has_min_max
+            assert summarized == (column.path_in_schema not in unsummarized), column
+    external = out.runs.column("external_id")[0].as_py()
+    first = out.runs.column("observed_at")[0].as_py()
+    files = [str(p) for p in parquet]
+    con = duckdb.connect()
+    found = con.execute(
+        "SELECT count(*) FROM read_parquet($files) WHERE external_id = $e",
+        {"files": files, "e": external},
+    ).fetchone()
+    assert found == (1,)
+    since = con.execute(
+        "SELECT count(*) FROM read_parquet($files) WHERE observed_at >= $t",
+        {"files": files, "t": first},
+    ).fetchone()
+    expected = pc.sum(pc.greater_equal(out.runs.column("observed_at"), pa.scalar(first))).as_py()
+    assert since == (expected,)
