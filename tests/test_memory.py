@@ -11,6 +11,7 @@ import sys
 import weakref
 from pathlib import Path
 
+from kindex_etl.config import Settings
 from kindex_etl.memory import BULK_GC_THRESHOLDS, bulk_collector
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +48,7 @@ def _churn(threshold: str) -> dict[str, object]:
 
 
 def test_pinned_large_frees_return_to_the_system():
-    pinned = _churn(str(1 << 20))  # the default
+    pinned = _churn(str(Settings.model_fields["malloc_mmap_threshold"].default))
     sliding = _churn("0")
     assert pinned["pinned"] is True and sliding["pinned"] is False
     assert float(pinned["grown_mib"]) < 20  # type: ignore[arg-type]

@@ -198,9 +198,8 @@ def test_prepare_then_build_of_kept_rows_is_normalize_filtered():
 
 
 def test_descriptor_chunks_stop_merging_at_their_bound(monkeypatch):
-    # Merging every chunk copied the whole descriptor table at once (the peak moment of a long
-    # ingest): chunks stay at most MAX_CHUNK_DESCRIPTORS, and the columns taken across many
-    # chunks are those of one table.
+    # Merging every chunk copied the whole descriptor table at once: chunks stay at most
+    # MAX_CHUNK_DESCRIPTORS, and the columns taken across many chunks are those of one table.
     from kindex_etl.normalize import columnar
 
     monkeypatch.setattr(columnar, "MAX_CHUNK_DESCRIPTORS", 4)
