@@ -3,8 +3,7 @@
 Process-wide settings for the bulk work of a batch, and one clean-up between kinds of work:
 
 * `pin_mmap_threshold`: large frees go back to the system (glibc).
-* `use_bulk_arrow_pool`: Arrow allocates from jemalloc (faster, and less kept, than mimalloc),
-  which keeps freed pages 5 s for reuse (`BULK_DECAY_MS`).
+* `use_bulk_arrow_pool`: Arrow allocates from jemalloc (faster, and less kept, than mimalloc).
 * `bulk_collector`: Python's cyclic collector stops re-walking what never becomes garbage.
 * `release_unused_memory`: what the allocators keep free goes back, before an analysis.
 
@@ -14,10 +13,7 @@ free; below, from the heap, which only shrinks from the top. The threshold slide
 numpy arrays and Python buffers of a few MiB all come from the heap, and the heap stays as
 large as the worst moment's fragments (with Arrow on the system allocator, a 20M-row ingest
 held 2 GiB resident for ~0.4 GiB that Arrow had allocated). A fixed threshold (which also
-stops the sliding) returns every large block as it is freed. At 1 MiB (128 KiB before stop
-23), a batch's arrays of a few hundred KiB come from the heap again, where they are reused,
-instead of being mapped and faulted in anew each time; the blocks that made the heap grow
-(Arrow's) no longer come from glibc at all (`use_bulk_arrow_pool`).
+stops the sliding) returns every large block as it is freed.
 """
 
 from __future__ import annotations
@@ -66,13 +62,6 @@ def pin_mmap_threshold() -> bool:
     return True
 
 
-# How long jemalloc keeps freed pages for reuse before it hands them back (Arrow's setting:
-# 1 s). An ingest frees and allocates a batch's worth every block; with 5 s, and the 1 MiB
-# mmap threshold, a 5M-row ingest took 1.1M page faults instead of 2.7M and ~5 s of system
-# CPU instead of ~9 (README, "Speed and memory, stop 23").
-BULK_DECAY_MS = 5000
-
-
 def use_bulk_arrow_pool() -> str:
     """Arrow's jemalloc pool for the bulk work of a process, where the wheel has it, unless
     `ARROW_DEFAULT_MEMORY_POOL` chose one; returns the pool's backend name. Process-wide.
@@ -94,7 +83,6 @@ def use_bulk_arrow_pool() -> str:
     except NotImplementedError:  # a build without jemalloc (macOS wheels): Arrow's default
         return str(pa.default_memory_pool().backend_name)
     pa.set_memory_pool(pool)
-    pa.jemalloc_set_decay_ms(BULK_DECAY_MS)
     return "jemalloc"
 
 
