@@ -149,7 +149,7 @@ def test_cached_rejections_pin_no_frames():
         assert out.runs.num_rows == 1
     resolver = normalizer.table.resolver
     cached = [
-        *normalizer.table._by_key.values(),
+        *(found[1] for found in resolver._shared.values() if isinstance(found, tuple)),
         *resolver._environments.values(),
         *resolver._workloads.values(),
     ]
