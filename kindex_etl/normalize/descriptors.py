@@ -75,7 +75,7 @@ KEY_COLUMNS = (
 
 # Not frozen: a frozen dataclass sets each of its 26 fields through object.__setattr__, ~2 us
 # more per descriptor, and an ingest of real history makes one per ~16 rows. Nothing mutates
-# one once resolved; slots keep the ~49k live ones at a fifth of a dict-backed object's size.
+# one once resolved. Slots make each 64 bytes smaller (248 against 312, tracemalloc).
 @dataclass(slots=True)
 class Descriptor:
     key: DescriptorKey
