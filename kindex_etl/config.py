@@ -34,8 +34,11 @@
                              unlinked temporary files with a Bloom filter in memory (1.5 bytes
                              a run instead of 12); 0: all of it in memory
     KINDEX_MALLOC_MMAP_THRESHOLD  an ingest pins glibc's mmap threshold at this many bytes
-                             (131072), so large freed arrays go back to the system; 0: glibc's
-                             own sliding threshold
+                             (1048576), so large freed arrays go back to the system; 0: glibc's
+                             own sliding threshold. At 131072 (glibc's starting value) every
+                             numpy array of a batch's 20k rows was a fresh mapping: 5M realistic
+                             rows took 2.6M page faults and 7.5 to 8.7 s of system CPU, against
+                             1.8M and 5.3 to 6.6 s at 1 MiB, for the same peak (docs/performance.md)
 
 This is the only module that reads them, so `deploy/setup.py` can carry them into the work
 pools: every one but the few marked `HOST_ONLY`, which set up the CLI's local Prefect server on the
@@ -91,7 +94,7 @@ class Settings(BaseSettings):
     dask_ahead: int = Field(default=3, ge=1)
     descriptor_cap: int = Field(default=49_152, ge=1)
     index_spill: bool = True
-    malloc_mmap_threshold: int = Field(default=128 * 1024, ge=0)
+    malloc_mmap_threshold: int = Field(default=1 << 20, ge=0)
     state_dir: Annotated[str, HOST_ONLY] = Field(default_factory=lambda: str(_default_state_dir()))
     local_server: Annotated[bool, HOST_ONLY] = True
     server_idle_s: Annotated[float, HOST_ONLY] = 900.0

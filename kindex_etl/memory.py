@@ -13,7 +13,10 @@ free; below, from the heap, which only shrinks from the top. The threshold slide
 numpy arrays and Python buffers of a few MiB all come from the heap, and the heap stays as
 large as the worst moment's fragments (with Arrow on the system allocator, a 20M-row ingest
 held 2 GiB resident for ~0.4 GiB that Arrow had allocated). A fixed threshold (which also
-stops the sliding) returns every large block as it is freed.
+stops the sliding) returns every block above it as it is freed. It is 1 MiB, not glibc's
+starting 128 KiB: a 20k-row batch's numpy arrays (160 KiB a column of int64) then come from
+the heap and its pages are reused, where each was a new mapping faulted in page by page
+(5M realistic rows: 2.6M page faults, 1.8M at 1 MiB, for the same peak).
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ def use_bulk_arrow_pool() -> str:
     Over the realistic files, in-process (`benchmarks/ingest_memory.py`, alternated with
     `ARROW_DEFAULT_MEMORY_POOL=mimalloc`, Arrow's default here): 1M rows 5.1 to 5.4 s against
     5.65 to 5.75 s, peak 893 to 899 MiB against 943 to 950; 5M rows 26.4 s against 28.25 s,
-    peak 1,194 to 1,221 MiB against 1,318 to 1,322 (README, "The regressions step, stop 22").
+    peak 1,194 to 1,221 MiB against 1,318 to 1,322 (docs/performance.md, "The regressions
+    step, stop 22").
     Buffers allocated before keep their own pool, so switching midway is safe.
     """
     import os
@@ -100,12 +104,13 @@ def bulk_collector() -> Iterator[None]:
     and every 700 allocations start a collection, every 100th a full walk of every object
     alive. Alive are the descriptor table's objects and, in a flow's process, the ~160k of
     Prefect and pydantic: a plain 5M-row ingest spent 3.3 to 3.6 s in the collector, 2.3 s
-    of it in 16 or 17 full walks (README, "Speed, stop 21"). The objects alive at the first
-    batch (modules, catalogs) are frozen once per process (`gc.freeze`): nearly all live as
-    long as the process, and no collection walks them again. (A cycle among them that dies
-    later is not reclaimed: a one-time cost, at most what was alive at that moment.) The
-    higher thresholds then make collections rare, while a cycle made by the batch is still
-    collected. Thresholds are only ever raised, and a collector that was disabled stays so.
+    of it in 16 or 17 full walks (docs/performance.md, "Speed, stop 21"). The objects alive
+    at the first batch (modules, catalogs) are frozen once per process (`gc.freeze`): nearly
+    all live as long as the process, and no collection walks them again. (A cycle among them
+    that dies later is not reclaimed: a one-time cost, at most what was alive at that
+    moment.) The higher thresholds then make collections rare, while a cycle made by the
+    batch is still collected. Thresholds are only ever raised, and a collector that was
+    disabled stays so.
     """
     global _frozen
     if not _frozen:
@@ -125,9 +130,9 @@ def release_unused_memory() -> None:
     Arrow's allocator keeps freed pages for reuse. On mimalloc, after a 5M-row ingest, 424 MiB
     of a process's 1,023 MiB were such pages (`release_unused` gave them back), and an
     analysis started in that process, as the ingest flow chains one, stacked its own peak on
-    top of them (README, "The regressions step, stop 22"). jemalloc, which bulk work uses
-    where it can (`use_bulk_arrow_pool`), keeps fewer, and `release_unused` does not shrink
-    what it keeps.
+    top of them (docs/performance.md, "The regressions step, stop 22"). jemalloc, which bulk
+    work uses where it can (`use_bulk_arrow_pool`), keeps fewer, and `release_unused` does not
+    shrink what it keeps.
     """
     import pyarrow as pa
 
