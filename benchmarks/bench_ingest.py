@@ -224,11 +224,16 @@ def main() -> None:
         "PREFECT_HOME": str(work / "prefect-home"),
         "PYTHONPATH": str(REPO),
     }
-    # Warm the Prefect home once (database migrations), as on any machine after its first run.
-    tiny = work / "warm-upstream"
-    if not (work / "prefect-home").exists():
-        tiny.mkdir(parents=True, exist_ok=True)
-        kindex_ingest(tiny, work / "warm-warehouse", env)
+    # A tiny ingest that commits first: it migrates a new Prefect home's database and starts
+    # the shared local Prefect server (or finds it running), so the timed ingest is any
+    # command but the day's first. An empty upstream would not do: a command with nothing to
+    # do never starts Prefect, and the first timed run then paid the server's start (~5 s).
+    # The day's first command is `bench_startup.py`'s figure.
+    tiny = work / "warm-upstream" / "benchmark" / "data" / "all_benchmark_data.csv"
+    tiny.parent.mkdir(parents=True, exist_ok=True)
+    with csv.open("rb") as source:
+        tiny.write_bytes(b"".join(source.readline() for _ in range(50)))
+    kindex_ingest(work / "warm-upstream", work / "warm-warehouse", env)
 
     results = []
     for _ in range(args.repeat):

@@ -4,9 +4,11 @@
     python benchmarks/ingest_memory.py --upstream DIR --memray /tmp/ingest.bin [--top 25]
     python benchmarks/ingest_memory.py --upstream DIR --trace 15
 
-Prints one JSON line: seconds, CPU seconds (user + system), peak RSS of the process
-(`getrusage`), the peak of Arrow's memory pool, the runs written, and the cyclic collector's
-work (`collector`: per generation, collections and seconds, from `gc.callbacks`). Settings
+Prints one JSON line: seconds, CPU seconds (user + system; system alone; minor page faults),
+CPU seconds per thread (`thread_cpu_seconds`: the reader, the normalizing main thread, the
+builder, the writer), peak RSS of the process (`getrusage`), the peak of Arrow's memory pool,
+the runs written, and the cyclic collector's work (`collector`: per generation, collections
+and seconds, from `gc.callbacks`). Settings
 come from the environment as usual, so `KINDEX_DESCRIPTOR_CAP=32768` or
 `KINDEX_MALLOC_MMAP_THRESHOLD=0` compare variants.
 
@@ -122,6 +124,46 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+class _ThreadCpu:
+    """CPU seconds per thread (user + system, `/proc/self/task`), by the thread's name: the
+    last reading before each thread ended, taken every `every` seconds. Threads Python did not
+    start (Arrow's pool, jemalloc) are named by their id."""
+
+    def __init__(self, every: float = 0.2) -> None:
+        self._every = every
+        self._done = threading.Event()
+        self._cpu: dict[int, float] = {}
+        self._names: dict[int, str] = {}
+        self._tick = os.sysconf("SC_CLK_TCK")
+        self._thread = threading.Thread(target=self._run, daemon=True, name="thread-cpu")
+        self._thread.start()
+
+    def _read(self) -> None:
+        for thread in threading.enumerate():
+            if thread.native_id is not None:
+                self._names[thread.native_id] = thread.name
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # ended meanwhile
+            self._cpu[int(tid)] = (int(fields[11]) + int(fields[12])) / self._tick
+
+    def _run(self) -> None:
+        while not self._done.wait(self._every):
+            self._read()
+
+    def stop(self) -> dict[str, float]:
+        self._done.set()
+        self._thread.join()
+        self._read()
+        named: dict[str, float] = collections.defaultdict(float)
+        for tid, seconds in self._cpu.items():
+            named[self._names.get(tid, str(tid))] += seconds
+        return {name: round(sec, 2) for name, sec in sorted(named.items(), key=lambda kv: -kv[1])}
+
+
 def run_ingest(upstream: str, warehouse: str, trace: float | None = None) -> dict[str, Any]:
     import gc
 
@@ -136,15 +178,21 @@ def run_ingest(upstream: str, warehouse: str, trace: float | None = None) -> dic
         threading.Thread(target=_trace, args=(trace, done, made), daemon=True).start()
     collections_ = _Collections()
     gc.callbacks.append(collections_)
+    threads = _ThreadCpu()
+    before = resource.getrusage(resource.RUSAGE_SELF)
     start, cpu = time.perf_counter(), _cpu_seconds()
     try:
         summary = ingest(upstream, warehouse, IngestOptions(trigger=False))
     finally:
         done.set()
         gc.callbacks.remove(collections_)
+    after = resource.getrusage(resource.RUSAGE_SELF)
     return {
         "seconds": round(time.perf_counter() - start, 2),
         "cpu_seconds": round(_cpu_seconds() - cpu, 2),
+        "system_cpu_seconds": round(after.ru_stime - before.ru_stime, 2),
+        "page_faults": after.ru_minflt - before.ru_minflt,
+        "thread_cpu_seconds": threads.stop(),
         "collector": collections_.report(),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "arrow_pool_peak_mib": round(pa.default_memory_pool().max_memory() / 2**20, 1),
