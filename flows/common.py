@@ -259,8 +259,8 @@ def regressions_after_ingest(warehouse: str) -> None:
     """Run the regressions flow as a subflow of an ingest that committed something.
 
     The ingest's cached ingestor goes first: the analysis reads the whole warehouse, and in
-    the same process its peak came on top of the ingestor's caches (README, "The regressions
-    step, stop 22").
+    the same process its peak came on top of the ingestor's caches (docs/performance.md, "The
+    regressions step, stop 22").
     """
     from flows.regressions import regressions_flow
     from kindex_etl.ingestion.run import forget_ingestor

@@ -31,8 +31,9 @@ async def ingest_flow(
     regressions flow (`regressions=False` skips it).
 
     Async for Prefect's engine alone: its synchronous engine joins the run's heartbeat thread,
-    which sleeps in 1 s steps, at the end of every run (0 to 1 s of nothing a command; README,
-    "Speed, stop 21"). The work is synchronous and runs on the flow's thread, as before.
+    which sleeps in 1 s steps, at the end of every run (0 to 1 s of nothing a command;
+    docs/performance.md, "Speed, stop 21"). The work is synchronous and runs on the flow's
+    thread, as before.
     """
     cfg = settings()
     options = IngestOptions(backfill=backfill, trigger=trigger and not backfill, prefix=prefix)

@@ -83,7 +83,8 @@ RUNS = "benchmark_runs"
 ENVIRONMENTS = "execution_environments"
 # Runs per bucket, at most (a power of 16 of buckets, up to 4,096): a bucket's analysis holds
 # its runs about four times over (read, filtered, keyed, sorted), ~2 KiB a run; at 400,000
-# a 5M-row warehouse's analysis peaked at 1.4 GiB (README, "The regressions step, stop 22").
+# a 5M-row warehouse's analysis peaked at 1.4 GiB (docs/performance.md, "The regressions
+# step, stop 22").
 BUCKET_ROWS = 100_000
 # The runs' digests, ids and slugs repeat from run to run: LZ4 frames cut the spilled bytes
 # (every run written once and read once) several times over for little CPU.

@@ -3,7 +3,8 @@
 An analysis streams the runs one bucket of whole series at a time, but what it finds used to
 pile up in memory: over 17.5M runs, 38,399 changes named 2.4M runs (`before_run_ids` and
 `after_run_ids`, ~0.4 GiB as Python strings) and the report's 580,081 release points took
-0.26 GiB. Both grow with the warehouse, not with a bucket (README, "The regressions step, stop 22").
+0.26 GiB. Both grow with the warehouse, not with a bucket (docs/performance.md, "The
+regressions step, stop 22").
 
 * `RunIdSpill`: the two run-id lists of every change, in an Arrow IPC file; the change rows
   an analysis holds carry everything else. `attach` gives the whole rows back, a chunk at a

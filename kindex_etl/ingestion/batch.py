@@ -270,7 +270,7 @@ class Ingestor:
         kept = self.warehouse.run_index()
         if kept is None:
             # One run file at a time: the whole table's key columns at once held 2.9 GiB for
-            # 4.4M runs (`benchmarks/bench_run_index.py`, README "Speed, stop 21").
+            # 4.4M runs (`benchmarks/bench_run_index.py`, docs/performance.md, "Speed, stop 21").
             files = list(self.warehouse.state.tables.get(layout.RUNS, {}))
         else:
             index, files = kept
