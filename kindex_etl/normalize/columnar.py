@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -38,14 +38,16 @@ from kindex_etl.normalize.descriptors import (
     KEY_COLUMNS,
     Descriptor,
     DescriptorKey,
+    Parts,
     Rejected,
     Resolver,
 )
-from kindex_etl.normalize.documents import fragments, run_documents
+from kindex_etl.normalize.documents import fragments, head_fragment, json_str, run_documents
 from kindex_etl.normalize.key_index import KeyIndex
 from kindex_etl.normalize.quarantine import quarantine_table
 
 _EPOCH_LIMIT = 1 << 32
+T = TypeVar("T")
 _INT64_LIMIT = float(1 << 63)
 
 
@@ -204,7 +206,7 @@ class DescriptorTable:
         end = len(self.descriptors)
         if self._size == end:
             return
-        added = _descriptor_columns(self.descriptors[self._size : end])
+        added = descriptor_columns(self.resolver.parts, self.descriptors[self._size : end])
         self._chunks.append(pa.RecordBatch.from_pydict(added))
         self._starts.append(self._size)
         self._size = end
@@ -217,7 +219,130 @@ class DescriptorTable:
             self._chunks[-1] = pa.concat_batches([self._chunks[-1], right])
 
 
+def descriptor_columns(parts: Parts, descriptors: list[Descriptor]) -> dict[str, pa.Array]:
+    """The per-descriptor columns of `descriptors`, all resolved by the resolver of `parts`.
+
+    Equal to `_descriptor_columns` (one Python tuple per descriptor), but made per part
+    (shared part, workload, protocol, implementation) and taken per descriptor: on real
+    history descriptors are few parts paired many ways, and the tuples held the GIL for
+    ~10 us a descriptor, most of the builder thread's Python.
+    """
+    if not descriptors:
+        return _descriptor_columns([])
+    ids = np.array([d.parts for d in descriptors], dtype=np.int64)
+    shared, by_shared = _parts_of(parts.shared, ids[:, 0])
+    workloads, by_workload = _parts_of(parts.workloads, ids[:, 1])
+    protocols, by_protocol = _parts_of(parts.protocols, ids[:, 2])
+    implementations, by_implementation = _parts_of(parts.implementations, ids[:, 3])
+
+    def column(values: list[Any], name: str, by: pa.Array) -> pa.Array:
+        return pa.array(values, RUN_SCHEMA.field(name).type).take(by)
+
+    metric = [s.key.metric for s in shared]
+    memory = column(["/memory" if m == "memory" else "" for m in metric], "series_id", by_shared)
+    workload_slug = column([w.slug for w in workloads], "workload_slug", by_workload)
+    kernel = column([w.kernel for w in workloads], "kernel", by_workload)
+    mode = column([s.mode for s in shared], "operation_mode", by_shared)
+    digests = {
+        "protocol_digest": column([h.digest for h in protocols], "protocol_digest", by_protocol),
+        "workload_digest": column(
+            [w.hashed.digest for w in workloads], "workload_digest", by_workload
+        ),
+        "environment_digest": column(
+            [s.environment.digest for s in shared], "environment_digest", by_shared
+        ),
+        "implementation_digest": column(
+            [h.digest for h in implementations], "implementation_digest", by_implementation
+        ),
+    }
+    cols: dict[str, pa.Array] = {
+        # Resolver.resolve's series id, from the same parts.
+        "series_id": pc.binary_join_element_wise(
+            column([s.series for s in shared], "series_id", by_shared),
+            "/",
+            workload_slug,
+            memory,
+            "",
+        ),
+        "title": column([s.title for s in shared], "title", by_shared),
+        "metric": column(metric, "metric", by_shared),
+        "kernel": kernel,
+        "operation_mode": mode,
+        "provider": column([s.key.provider for s in shared], "provider", by_shared),
+        "gpu_name": column([s.key.gpu_name for s in shared], "gpu_name", by_shared),
+        "gpu_slug": column([s.gpu_slug for s in shared], "gpu_slug", by_shared),
+        "gpu_architecture": column(
+            [s.environment.doc["spec"]["hardware"]["architecture"] for s in shared],
+            "gpu_architecture",
+            by_shared,
+        ),
+        "liger_version": column([s.key.liger_version for s in shared], "liger_version", by_shared),
+        "release_key": column(
+            [_release_key(s.key.liger_version) for s in shared], "release_key", by_shared
+        ),
+        "x_name": column([w.key.x_name for w in workloads], "x_name", by_workload),
+        "x_label": pa.array([d.key.x_label for d in descriptors], pa.string()),
+        "x_value": column([w.key.x_value for w in workloads], "x_value", by_workload),
+        "x_value_number": column(
+            [x_number(w.key.x_value) for w in workloads], "x_value_number", by_workload
+        ),
+        "workload_slug": workload_slug,
+        "dtype": column([w.dtype for w in workloads], "dtype", by_workload),
+        "config": column([w.key.config for w in workloads], "config", by_workload),
+        "value_unit": column(
+            ["ns" if m == "speed" else "bytes" for m in metric], "value_unit", by_shared
+        ),
+        **digests,
+        "workload_descriptor": column(
+            [w.hashed.canonical for w in workloads], "workload_descriptor", by_workload
+        ),
+        "implementation_descriptor": column(
+            [h.canonical for h in implementations], "implementation_descriptor", by_implementation
+        ),
+        "known_kernel": column([s.kernel is not None for s in shared], "known_kernel", by_shared),
+        "source_kernel": column([s.key.kernel for s in shared], "source_kernel", by_shared),
+        "workload_variant": column([w.variant for w in workloads], "workload_variant", by_workload),
+        "catalog_version": pa.array([descriptors[0].catalog_version], pa.string()).take(
+            pa.array(np.zeros(len(descriptors), dtype=np.int64))
+        ),
+    }
+    # A document's head (labels, title) is its shared part's, and says whether its workload
+    # matched a catalog variant: one per (shared part, matched).
+    unmatched = np.array([w.variant is None for w in workloads], dtype=np.int64)
+    head_code = ids[:, 0] * 2 + unmatched[by_workload.to_numpy()]
+    _, first, by_head = np.unique(head_code, return_index=True, return_inverse=True)
+    cols["frag_head"] = pa.array(
+        [head_fragment(descriptors[i]) for i in first.tolist()], pa.string()
+    ).take(pa.array(by_head.reshape(-1), pa.int64()))
+    # JSON escapes character by character: the escaped text of a join is the join of the
+    # parts' escaped texts (documents.fragments renders the same text from one descriptor).
+    cols["frag_middle"] = pc.binary_join_element_wise(
+        '"},"spec":{"environmentDigest":"', digests["environment_digest"],
+        '","implementationDigest":"', digests["implementation_digest"],
+        '","protocolDigest":"', digests["protocol_digest"],
+        '","workloadDigest":"', digests["workload_digest"],
+        '","sourceNative":{"benchmark":"',
+        column([json_str(w.kernel)[1:-1] for w in workloads], "kernel", by_workload), "/",
+        column([json_str(s.mode)[1:-1] for s in shared], "operation_mode", by_shared),
+        '","source":"liger-kernel-bench","externalId":"',
+        column([json_str(s.series)[1:-1] for s in shared], "series_id", by_shared), "/",
+        column([json_str(w.slug)[1:-1] for w in workloads], "workload_slug", by_workload),
+        memory, "/",
+        "",
+    )  # fmt: skip
+    cols["name_prefix"] = pa.array([d.name_prefix for d in descriptors], pa.string())
+    cols["is_speed"] = pa.array([m == "speed" for m in metric], pa.bool_()).take(by_shared)
+    return cols
+
+
+def _parts_of(registry: list[T], ids: np.ndarray) -> tuple[list[T], pa.Array]:
+    """The parts `ids` use (each once), and per id its position among them."""
+    used, position = np.unique(ids, return_inverse=True)
+    return [registry[i] for i in used.tolist()], pa.array(position.reshape(-1), pa.int64())
+
+
 def _descriptor_columns(descriptors: list[Descriptor]) -> dict[str, pa.Array]:
+    """`descriptor_columns`, one tuple per descriptor: what it must equal."""
     rows = [descriptor_row(d) for d in descriptors]
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(DESCRIPTOR_FIELDS)
     cols: dict[str, pa.Array] = {

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from kindex_etl.normalize.descriptors import Descriptor
 
 # What json.dumps(text, ensure_ascii=False) returns for a str, without its Python wrapper.
-_json_str = json.encoder.encode_basestring
+json_str = json.encoder.encode_basestring
 
 
 @lru_cache(maxsize=4096)
@@ -28,8 +28,14 @@ def _head(title: str, labels: tuple[tuple[str, str], ...]) -> str:
     text = json.dumps(dict(labels), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     return (
         '{"apiVersion":"kernelindex.dev/v1alpha1","kind":"BenchmarkRun","metadata":{"labels":'
-        f'{text},"title":{_json_str(title)},"name":"'
+        f'{text},"title":{json_str(title)},"name":"'
     )
+
+
+def head_fragment(d: Descriptor) -> str:
+    """A run document's text before its name: the same for every descriptor of a shared
+    part whose workloads agree on matching a catalog variant (its labels and title)."""
+    return _head(d.title, tuple(d.labels.items()))
 
 
 def fragments(d: Descriptor) -> tuple[str, str]:
@@ -38,13 +44,13 @@ def fragments(d: Descriptor) -> tuple[str, str]:
     Keys are ordered so that everything a descriptor fixes comes first: a row then needs two
     per-descriptor pieces, and the rest of its document is its own values.
     """
-    head = _head(d.title, tuple(d.labels.items()))
-    series = _json_str(d.series_id)[:-1]  # an open string: the timestamp slug closes it
+    head = head_fragment(d)
+    series = json_str(d.series_id)[:-1]  # an open string: the timestamp slug closes it
     middle = (
         f'"}},"spec":{{"environmentDigest":"{d.environment_digest}",'
         f'"implementationDigest":"{d.implementation_digest}",'
         f'"protocolDigest":"{d.protocol_digest}","workloadDigest":"{d.workload_digest}",'
-        f'"sourceNative":{{"benchmark":{_json_str(d.benchmark)},"source":"liger-kernel-bench",'
+        f'"sourceNative":{{"benchmark":{json_str(d.benchmark)},"source":"liger-kernel-bench",'
         f'"externalId":{series}/'
     )
     return head, middle

@@ -13,9 +13,14 @@ from kindex_etl.catalog import default_catalog
 from kindex_etl.contracts.documents import BenchmarkRun
 from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
 from kindex_etl.demo import sample_rows
-from kindex_etl.normalize.columnar import ColumnarNormalizer
+from kindex_etl.normalize.columnar import (
+    ColumnarNormalizer,
+    DescriptorTable,
+    _descriptor_columns,
+    descriptor_columns,
+)
 from kindex_etl.normalize.descriptors import Rejected
-from kindex_etl.normalize.reference import normalize_row
+from kindex_etl.normalize.reference import descriptor_key, normalize_row
 from tests.helpers import SAMPLE_CSV, row, seed_row
 
 EDGE_ROWS = [
@@ -224,3 +229,38 @@ def test_descriptor_chunks_stop_merging_at_their_bound(monkeypatch):
     assert table.columns_of(ids)["series_id"].to_pylist() == [
         d.series_id for d in table.descriptors
     ]
+
+
+def test_descriptor_columns_made_per_part_equal_those_made_per_descriptor():
+    # The columns a batch's runs take are made from each descriptor's parts (shared part,
+    # workload, protocol, implementation); the plain rendering from each descriptor is the
+    # reference: every column, every row, on keys that share parts in every way.
+    rows = [
+        *EDGE_ROWS,
+        *sample_rows(),
+        row(gpu_name="NVIDIA GeForce RTX 4090 Ü"),
+        row(x_value='8"192', x_label='seq "len"'),
+        row(extra_benchmark_config_str='{"B": 2, "note": "a \\"quoted\\" \\\\ value"}'),
+        row(kernel_operation_mode="backward", kernel_provider="huggingface"),
+        row(liger_version="0.1.0"),
+    ]
+    if SAMPLE_CSV.exists():
+        types = {c: pa.string() for c in UPSTREAM_COLUMNS}
+        rows += pcsv.read_csv(
+            SAMPLE_CSV,
+            convert_options=pcsv.ConvertOptions(column_types=types, strings_can_be_null=False),
+        ).to_pylist()
+    table = DescriptorTable(default_catalog())
+    for r in rows:
+        table.id_of(descriptor_key(r))
+    assert len(table.descriptors) > 100
+    assert len(table.resolver.parts.shared) < len(table.descriptors)
+    # In pieces, as an ingest converts them: descriptors of a piece share parts made before it.
+    pieces = [table.descriptors[:7], table.descriptors[7:60], table.descriptors[60:]]
+    for piece in pieces:
+        made = descriptor_columns(table.resolver.parts, piece)
+        expected = _descriptor_columns(piece)
+        assert list(made) == list(expected)
+        for name, column in expected.items():
+            assert made[name].to_pylist() == column.to_pylist(), name
+            assert made[name].type == column.type, name
