@@ -186,7 +186,10 @@ class _Work:
     runs: RunsWriter
     quarantine: ParquetTableWriter
     builder: Background = field(default_factory=partial(Background, "kindex-builder"))
-    writer: Background = field(default_factory=partial(Background, "kindex-writer"))
+    # Deeper: the writer's work is bursty (see KINDEX_WRITE_AHEAD in config.py).
+    writer: Background = field(
+        default_factory=lambda: Background("kindex-writer", settings().write_ahead)
+    )
     reasons: Counter[str] = field(default_factory=Counter)
     versions: set[str] = field(default_factory=set)
     descriptor_ids: set[int] = field(default_factory=set)

@@ -22,8 +22,9 @@ class Background:
     the jobs after it are skipped.
     """
 
-    def __init__(self, name: str = "kindex-writer") -> None:
-        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue(maxsize=1)
+    def __init__(self, name: str = "kindex-writer", depth: int = 1) -> None:
+        """`depth`: jobs that may wait for the thread before `submit` blocks."""
+        self._queue: queue.Queue[Callable[[], None] | None] = queue.Queue(maxsize=depth)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()

@@ -73,3 +73,28 @@ def test_background_runs_jobs_in_order_and_reports_the_first_error() -> None:
         bg.submit(lambda: done.append(99))
         bg.close()
     assert 99 not in done  # nothing runs after a failure
+
+
+@pytest.mark.parametrize("depth", [1, 4])
+def test_background_lets_depth_jobs_wait_then_blocks(depth: int) -> None:
+    # What bounds the memory of batches waiting for the writer (KINDEX_WRITE_AHEAD).
+    release = threading.Event()
+    started = threading.Event()
+    bg = Background("kindex-test", depth)
+
+    def first() -> None:
+        started.set()
+        release.wait(5)
+
+    bg.submit(first)
+    assert started.wait(5)  # the thread holds the first job; the queue is empty
+    for _ in range(depth):
+        bg.submit(lambda: None)  # waits in the queue, does not block
+    blocked = threading.Thread(target=bg.submit, args=(lambda: None,))
+    blocked.start()
+    blocked.join(0.2)
+    assert blocked.is_alive()  # one more than `depth` waits for room
+    release.set()
+    blocked.join(5)
+    assert not blocked.is_alive()
+    bg.close()
