@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import operator
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -222,6 +223,7 @@ class ResolvedWorkload:
     variant: str | None  # the catalog variant that named the keys; None when none matched
     key: DescriptorKey  # the first key resolved to it: its workload fields are every one's
     index: int = -1  # in `Parts.workloads`
+    name_tail: str = ""  # `name_tail(slug)`
 
 
 def _workload(catalog: Catalog, key: DescriptorKey) -> tuple[Workload, str, str | None, str | None]:
@@ -313,6 +315,33 @@ class Hashed:
         return cls(doc=doc, canonical=canonical.decode(), digest=digest(doc))
 
 
+def name_head(parts: tuple[str, ...]) -> str:
+    """slug("liger-" + "-".join(parts)), or "" when a part is not ASCII (see name_prefix)."""
+    return slug("-".join(("liger", *parts))) if all(p.isascii() for p in parts) else ""
+
+
+def name_tail(workload_slug: str) -> str:
+    """The slug of a workload slug, or "\0" when it is not ASCII (see name_prefix)."""
+    return slug(workload_slug) if workload_slug.isascii() else "\0"
+
+
+def name_prefix(parts: tuple[str, ...], head: str, workload_slug: str, tail: str) -> str:
+    """slug("liger-" + "-".join((*parts, workload_slug))), from `name_head(parts)` and
+    `name_tail(workload_slug)`, each computed once per shared part and per workload.
+
+    A slug is the text's alphanumeric runs joined by '-', and '-' ends a run: so on ASCII
+    text the slug of a join is the join of its parts' non-empty slugs. The workload slug
+    is what differs between keys of one (kernel, pass, provider, GPU).
+    """
+    if not head or tail == "\0":  # non-ASCII: lower() may not map it one to one
+        return slug("-".join(("liger", *parts, workload_slug)))
+    return f"{head}-{tail}" if tail else head
+
+
+# (kernel, x_name, x_value, config, liger_version) of a DescriptorKey, in one C call.
+_workload_key = operator.itemgetter(0, 5, 7, 8, 10)
+
+
 class Resolver:
     """Resolves descriptor keys, sharing the parts keys have in common.
 
@@ -335,9 +364,7 @@ class Resolver:
         self._protocol_keys: dict[tuple[str, str, str, str], tuple[str, str, str]] = {}
         self._predates: dict[tuple[str, str], bool] = {}
         self._gpu_slugs: dict[str, str] = {}
-        self._name_heads: dict[tuple[str, ...], str] = {}
         self._shared: dict[tuple[str, ...], _Shared | tuple[bool, Rejected]] = {}
-        self._name_tails: dict[str, str] = {}
         self._units = metric_units()
         self.parts = Parts()
 
@@ -374,13 +401,13 @@ class Resolver:
 
     def workload(self, key: DescriptorKey) -> ResolvedWorkload:
         # liger_version is part of the key: a variant rule may hold for a range of releases.
-        wkey = (key.kernel, key.x_name, key.x_value, key.config, key.liger_version)
-        if wkey not in self._workloads:
+        wkey = _workload_key(key)
+        found = self._workloads.get(wkey)
+        if found is None:
             try:
-                self._workloads[wkey] = self._new_workload(key)
+                found = self._workloads[wkey] = self._new_workload(key)
             except Rejected as rejected:
-                self._workloads[wkey] = rejected.bare()
-        found = self._workloads[wkey]
+                found = self._workloads[wkey] = rejected.bare()
         if isinstance(found, Rejected):
             raise found.bare()
         return found
@@ -409,6 +436,7 @@ class Resolver:
             variant=variant,
             key=key,
             index=len(self.parts.workloads),
+            name_tail=name_tail(slug_),
         )
         self.parts.workloads.append(resolved)
         return resolved
@@ -426,27 +454,6 @@ class Resolver:
             index = self._implementations[key] = len(self.parts.implementations)
             self.parts.implementations.append(Hashed.of(impl.document()))
         return index
-
-    def _name_prefix(self, parts: list[str]) -> str:
-        """slug("liger-" + "-".join(parts)), the slug of the shared parts computed once.
-
-        A slug is the text's alphanumeric runs joined by '-', and '-' ends a run: so on ASCII
-        text the slug of a join is the join of its parts' non-empty slugs. The workload slug
-        (last part) is what differs between keys of one (kernel, pass, provider, GPU).
-        """
-        *shared, last = parts
-        head_key = tuple(shared)
-        head = self._name_heads.get(head_key)
-        if head is None:
-            ascii_only = all(p.isascii() for p in shared)
-            head = slug("-".join(("liger", *shared))) if ascii_only else ""
-            self._name_heads[head_key] = head
-        tail = self._name_tails.get(last)
-        if tail is None:
-            tail = self._name_tails[last] = slug(last) if last.isascii() else "\0"
-        if not head or tail == "\0":  # non-ASCII: lower() may not map it one to one
-            return slug("-".join(("liger", *parts)))
-        return f"{head}-{tail}" if tail else head
 
     def _check_fields(self, key: DescriptorKey) -> None:
         """Hold back a key with a missing, unsafe or unknown field; the first problem wins.
@@ -523,6 +530,7 @@ class Resolver:
             series=series,
             title=title,
             name_parts=tuple(name_parts),
+            name_head=name_head(tuple(name_parts)),
             predates=(
                 f"predates-benchmark-{self.catalog.first_releases[kernel_name]}"
                 if predates
@@ -533,8 +541,9 @@ class Resolver:
         return shared
 
     def _shared_of(self, key: DescriptorKey) -> _Shared:
-        skey = (key.kernel, key.mode, key.provider, key.metric, key.unit, key.gpu_name,
-                key.liger_version, key.software)  # fmt: skip
+        # (kernel, mode, provider, metric, unit, gpu_name, liger_version, software): slices,
+        # not eight attribute reads (this runs once per descriptor key).
+        skey = key[:5] + key[9:]
         found = self._shared.get(skey)
         if found is None:
             try:
@@ -543,14 +552,17 @@ class Resolver:
                 # Empty kernel, provider or metric come before an empty x in the checks' order.
                 early = rejected.reason == "missing_field" and rejected.detail in _EARLY_EMPTY
                 found = self._shared[skey] = (early, rejected.bare())
-        if isinstance(found, tuple) and found[0]:
+        if isinstance(found, _Shared):
+            if key.x_name.strip() and key.x_value.strip():
+                return found
+        elif found[0]:
             raise found[1].bare()
-        for column, value in (("x_name", key.x_name), ("x_value", key.x_value)):
-            if not value.strip():
-                raise Rejected("missing_field", f"{column} is empty")
-        if isinstance(found, tuple):
-            raise found[1].bare()
-        return found
+        if not key.x_name.strip():
+            raise Rejected("missing_field", "x_name is empty")
+        if not key.x_value.strip():
+            raise Rejected("missing_field", "x_value is empty")
+        assert isinstance(found, tuple)
+        raise found[1].bare()
 
     def resolve(self, key: DescriptorKey) -> Descriptor:
         """Build the descriptor for a key, or raise Rejected with the reason to hold it back."""
@@ -575,7 +587,9 @@ class Resolver:
             key=key,
             metric=key.metric,
             series_id=series,
-            name_prefix=self._name_prefix([*shared.name_parts, workload_slug]),
+            name_prefix=name_prefix(
+                shared.name_parts, shared.name_head, resolved.slug, resolved.name_tail
+            ),
             title=shared.title,
             labels=labels,
             benchmark=f"{kernel_name}/{shared.mode}",
@@ -614,6 +628,7 @@ class _Shared:
     series: str  # externalId up to the workload slug
     title: str
     name_parts: tuple[str, ...]  # metadata.name's parts before the workload slug
+    name_head: str  # `name_head(name_parts)`
     predates: str | None  # the VERSION_LABEL value, where the release predates the benchmark
 
 

@@ -27,6 +27,9 @@ from kindex_etl.normalize.descriptors import (
     DescriptorKey,
     Rejected,
     Resolver,
+    name_head,
+    name_prefix,
+    name_tail,
 )
 from kindex_etl.normalize.reference import descriptor_key, normalize_row
 from kindex_etl.normalize.slugs import slug
@@ -379,11 +382,11 @@ _PART = st.text(alphabet=st.sampled_from("aZ09-_. +/:\u00e9\u03a3"), max_size=6)
 
 @given(st.lists(_PART, min_size=1, max_size=6))
 def test_name_prefix_is_the_slug_of_the_joined_parts(parts: list[str]) -> None:
-    # The resolver slugs the shared parts once per (kernel, pass, provider, GPU) and joins.
-    resolver = Resolver(default_catalog())
-    expected = slug("-".join(("liger", *parts)))
-    assert resolver._name_prefix(parts) == expected
-    assert resolver._name_prefix(parts) == expected  # the cached head too
+    # The resolver slugs the shared parts once per (kernel, pass, provider, GPU), the workload
+    # slug once per workload, and joins.
+    *shared, last = parts
+    head, tail = name_head(tuple(shared)), name_tail(last)
+    assert name_prefix(tuple(shared), head, last, tail) == slug("-".join(("liger", *parts)))
 
 
 def _outcome(resolver: Resolver, key: DescriptorKey) -> object:
