@@ -8,6 +8,7 @@ in one contiguous buffer that is written as is.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -127,6 +128,9 @@ class DescriptorTable:
     rejection_reasons: list[str] = field(default_factory=list)
     rejection_details: list[str] = field(default_factory=list)
     _value_codes: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Per key column, the value of each code: new keys are made of these strings, one object
+    # per distinct value, where a key's own copies cost ~600 bytes a descriptor.
+    _values: dict[str, list[str]] = field(default_factory=dict)
     # Per-descriptor columns in chunks whose sizes at least double leftwards: appending is
     # amortized O(log n) copies per descriptor, where one concatenation per batch of every
     # column made an ingest quadratic in its distinct descriptors.
@@ -159,13 +163,22 @@ class DescriptorTable:
         return n
 
     def codes_of(self, column: str, values: pa.Array) -> np.ndarray:
-        """Process-wide int32 codes of a batch's distinct values of one key column."""
+        """This table's int32 codes of a batch's distinct values of one key column."""
         known = self._value_codes.setdefault(column, {})
-        return np.fromiter(
+        codes = np.fromiter(
             (known.setdefault(v, len(known)) for v in values.to_pylist()),
             dtype=np.int32,
             count=len(values),
         )
+        names = self._values.setdefault(column, [])
+        if len(known) > len(names):  # dicts keep insertion order: the new codes come last
+            names.extend(itertools.islice(known, len(names), None))
+        return codes
+
+    def values_of(self, column: str, codes: np.ndarray) -> list[str]:
+        """The values of `codes` (from `codes_of`) of one key column."""
+        names = self._values[column]
+        return [names[c] for c in codes.tolist()]
 
     def id_of(self, key: DescriptorKey) -> int:
         """The descriptor id of a new key, or -1-i for the i-th rejection."""
@@ -648,8 +661,8 @@ class ColumnarNormalizer:
         local_ids, found, hashes = table.keys.find(group_codes)
         missing = np.flatnonzero(~found)
         if len(missing):
-            representatives = batch.take(pa.array(first[missing], pa.int64()))
-            values = [representatives.column(name).to_pylist() for name in KEY_COLUMNS]
+            new = group_codes[missing]
+            values = [table.values_of(name, new[:, i]) for i, name in enumerate(KEY_COLUMNS)]
             local_ids[missing] = [
                 table.id_of(DescriptorKey._make((*parts, software)))
                 for parts in zip(*values, strict=True)
