@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -39,16 +40,21 @@ from kindex_etl.normalize.descriptors import (
     KEY_COLUMNS,
     Descriptor,
     DescriptorKey,
+    Hashed,
     Parts,
     Rejected,
+    ResolvedWorkload,
     Resolver,
+    SharedPart,
+    labels_of,
 )
-from kindex_etl.normalize.documents import fragments, head_fragment, json_str, run_documents
+from kindex_etl.normalize.documents import fragments, head_of, json_str, run_documents
 from kindex_etl.normalize.key_index import KeyIndex
 from kindex_etl.normalize.quarantine import quarantine_table
 
 _EPOCH_LIMIT = 1 << 32
-T = TypeVar("T")
+# The parts a descriptor is made of, in the order of `Descriptor.parts`.
+PART_KINDS = ("shared", "workload", "protocol", "implementation")
 _INT64_LIMIT = float(1 << 63)
 
 
@@ -131,12 +137,11 @@ class DescriptorTable:
     # Per key column, the value of each code: new keys are made of these strings, one object
     # per distinct value, where a key's own copies cost ~600 bytes a descriptor.
     _values: dict[str, list[str]] = field(default_factory=dict)
-    # Per-descriptor columns in chunks whose sizes at least double leftwards: appending is
-    # amortized O(log n) copies per descriptor, where one concatenation per batch of every
-    # column made an ingest quadratic in its distinct descriptors.
-    _chunks: list[pa.RecordBatch] = field(default_factory=list)
-    _starts: list[int] = field(default_factory=list)
-    _size: int = 0
+    # What is kept per descriptor, and per part (`stored_columns`, `PART_COLUMNS`).
+    _stored: _Growing = field(default_factory=lambda: _Growing())
+    _part_tables: dict[str, _Growing] = field(
+        default_factory=lambda: {kind: _Growing() for kind in PART_KINDS}
+    )
     _is_speed: np.ndarray = field(default_factory=lambda: np.zeros(1024, dtype=bool))
 
     def __post_init__(self) -> None:
@@ -196,162 +201,232 @@ class DescriptorTable:
     def columns_of(self, ids: np.ndarray) -> dict[str, pa.Array]:
         """Per-descriptor columns of the descriptors `ids` (sorted, distinct), in that order."""
         self._convert_new()
-        if not self._chunks or not len(ids):
+        if not self._stored.size or not len(ids):
             return _descriptor_columns([])
-        starts = np.asarray(self._starts, dtype=np.int64)
-        chunk_of = np.searchsorted(starts, ids, side="right") - 1
-        bounds = np.searchsorted(chunk_of, np.arange(len(self._chunks) + 1))
-        parts = [
-            chunk.take(pa.array(ids[lo:hi] - starts[c], pa.int64()))
-            for c, (chunk, lo, hi) in enumerate(
-                zip(self._chunks, bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
-            )
-            if lo < hi
-        ]
-        # One batch (one take per chunk, all columns at once); its arrays are fresh copies,
-        # so the batch's dictionaries built from them pin no chunk.
-        taken = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
-        return dict(zip(taken.schema.names, taken.columns, strict=True))
+        stored = self._stored.take(ids)
+        per_part = {kind: self._part_tables[kind].take_any(stored[kind]) for kind in PART_KINDS}
+        return assemble_columns(stored, per_part, self.resolver.catalog.version)
 
     def _convert_new(self) -> None:
         # In an ingest this runs on the builder thread while the normalizing thread may append
-        # descriptors: convert up to a length read once (what it asked for is in it).
+        # descriptors and parts: convert up to lengths read once, parts after descriptors (a
+        # descriptor's parts are registered before it is).
         end = len(self.descriptors)
-        if self._size == end:
+        if self._stored.size == end:
             return
-        added = descriptor_columns(self.resolver.parts, self.descriptors[self._size : end])
-        self._chunks.append(pa.RecordBatch.from_pydict(added))
-        self._starts.append(self._size)
-        self._size = end
-        while len(self._chunks) > 1 and (
-            self._chunks[-2].num_rows <= 2 * self._chunks[-1].num_rows
-            and self._chunks[-2].num_rows + self._chunks[-1].num_rows <= MAX_CHUNK_DESCRIPTORS
+        self._stored.append(stored_columns(self.descriptors[self._stored.size : end]))
+        for kind, registry in zip(PART_KINDS, _registries(self.resolver.parts), strict=True):
+            table, made = self._part_tables[kind], len(registry)
+            if table.size < made:
+                table.append(PART_COLUMNS[kind](registry[table.size : made]))
+
+
+@dataclass
+class _Growing:
+    """Rows appended a few at a time, taken by index: chunks whose sizes at least double
+    leftwards, so appending is amortized O(log n) copies a row (one concatenation per batch
+    made an ingest quadratic in its distinct descriptors), up to MAX_CHUNK_DESCRIPTORS rows a
+    chunk (merging every chunk copied the whole table at once)."""
+
+    chunks: list[pa.RecordBatch] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    size: int = 0
+
+    def append(self, columns: dict[str, pa.Array]) -> None:
+        batch = pa.RecordBatch.from_pydict(columns)
+        if not batch.num_rows:
+            return
+        self.chunks.append(batch)
+        self.starts.append(self.size)
+        self.size += batch.num_rows
+        while len(self.chunks) > 1 and (
+            self.chunks[-2].num_rows <= 2 * self.chunks[-1].num_rows
+            and self.chunks[-2].num_rows + self.chunks[-1].num_rows <= MAX_CHUNK_DESCRIPTORS
         ):
-            right = self._chunks.pop()
-            self._starts.pop()
-            self._chunks[-1] = pa.concat_batches([self._chunks[-1], right])
+            right = self.chunks.pop()
+            self.starts.pop()
+            self.chunks[-1] = pa.concat_batches([self.chunks[-1], right])
+
+    def take(self, ids: np.ndarray) -> dict[str, pa.Array]:
+        """The rows `ids` (sorted, distinct): one take per chunk, all columns at once; fresh
+        arrays, which pin no chunk."""
+        starts = np.asarray(self.starts, dtype=np.int64)
+        chunk_of = np.searchsorted(starts, ids, side="right") - 1
+        bounds = np.searchsorted(chunk_of, np.arange(len(self.chunks) + 1))
+        parts = [
+            chunk.take(pa.array(ids[lo:hi] - starts[c], pa.int64()))
+            for c, (chunk, lo, hi) in enumerate(
+                zip(self.chunks, bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+            )
+            if lo < hi
+        ]
+        taken = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+        return dict(zip(taken.schema.names, taken.columns, strict=True))
+
+    def take_any(self, ids: pa.Array) -> dict[str, pa.Array]:
+        """The rows `ids`, in any order and repeated."""
+        used, position = np.unique(ids.to_numpy(), return_inverse=True)
+        by = pa.array(position.reshape(-1), pa.int64())
+        return {name: column.take(by) for name, column in self.take(used).items()}
 
 
 def descriptor_columns(parts: Parts, descriptors: list[Descriptor]) -> dict[str, pa.Array]:
     """The per-descriptor columns of `descriptors`, all resolved by the resolver of `parts`.
 
-    Equal to `_descriptor_columns` (one Python tuple per descriptor), but made per part
-    (shared part, workload, protocol, implementation) and taken per descriptor: on real
-    history descriptors are few parts paired many ways, and the tuples held the GIL for
-    ~10 us a descriptor, most of the builder thread's Python.
+    Equal to `_descriptor_columns` (one Python tuple per descriptor), made as an ingest makes
+    them: what is kept per descriptor (`stored_columns`), the columns of each part it uses,
+    joined (`assemble_columns`).
     """
     if not descriptors:
         return _descriptor_columns([])
-    ids = np.array([d.parts for d in descriptors], dtype=np.int64)
-    shared, by_shared = _parts_of(parts.shared, ids[:, 0])
-    workloads, by_workload = _parts_of(parts.workloads, ids[:, 1])
-    protocols, by_protocol = _parts_of(parts.protocols, ids[:, 2])
-    implementations, by_implementation = _parts_of(parts.implementations, ids[:, 3])
+    stored = stored_columns(descriptors)
+    per_part = {}
+    for kind, registry in zip(PART_KINDS, _registries(parts), strict=True):
+        used, position = np.unique(stored[kind].to_numpy(), return_inverse=True)
+        columns = PART_COLUMNS[kind]([registry[i] for i in used.tolist()])
+        by = pa.array(position.reshape(-1), pa.int64())
+        per_part[kind] = {name: column.take(by) for name, column in columns.items()}
+    return assemble_columns(stored, per_part, descriptors[0].catalog_version)
 
-    def column(values: list[Any], name: str, by: pa.Array) -> pa.Array:
-        return pa.array(values, RUN_SCHEMA.field(name).type).take(by)
 
+def _registries(parts: Parts) -> tuple[list[Any], ...]:
+    return (parts.shared, parts.workloads, parts.protocols, parts.implementations)
+
+
+def stored_columns(descriptors: list[Descriptor]) -> dict[str, pa.Array]:
+    """What a descriptor table keeps per descriptor: its parts' indices, x_label, name prefix.
+
+    The rest of a run's descriptor columns are one value per part (shared part, workload,
+    protocol, implementation), kept per part: per descriptor they were ~2 KB (the digests,
+    canonical descriptors and document fragments), ~100 MiB of Arrow's pool at the descriptor
+    cap, and one Python tuple per descriptor to make (~19 us with the GIL held).
+    """
+    ids = np.array([d.parts for d in descriptors], dtype=np.int32).reshape(-1, 4)
+    columns = {name: pa.array(ids[:, i]) for i, name in enumerate(PART_KINDS)}
+    columns["x_label"] = pa.array([d.key.x_label for d in descriptors], pa.string())
+    columns["name_prefix"] = pa.array([d.name_prefix for d in descriptors], pa.string())
+    return columns
+
+
+def _typed(values: list[Any], name: str) -> pa.Array:
+    return pa.array(values, RUN_SCHEMA.field(name).type if name in RUN_SCHEMA.names else None)
+
+
+def _json_inner(text: str) -> str:
+    return json_str(text)[1:-1]
+
+
+def shared_columns(shared: list[SharedPart]) -> dict[str, pa.Array]:
+    """One row per shared part: what its descriptors take from it."""
     metric = [s.key.metric for s in shared]
-    memory = column(["/memory" if m == "memory" else "" for m in metric], "series_id", by_shared)
-    workload_slug = column([w.slug for w in workloads], "workload_slug", by_workload)
-    kernel = column([w.kernel for w in workloads], "kernel", by_workload)
-    mode = column([s.mode for s in shared], "operation_mode", by_shared)
-    digests = {
-        "protocol_digest": column([h.digest for h in protocols], "protocol_digest", by_protocol),
-        "workload_digest": column(
-            [w.hashed.digest for w in workloads], "workload_digest", by_workload
-        ),
-        "environment_digest": column(
-            [s.environment.digest for s in shared], "environment_digest", by_shared
-        ),
-        "implementation_digest": column(
-            [h.digest for h in implementations], "implementation_digest", by_implementation
-        ),
-    }
-    cols: dict[str, pa.Array] = {
-        # Resolver.resolve's series id, from the same parts.
-        "series_id": pc.binary_join_element_wise(
-            column([s.series for s in shared], "series_id", by_shared),
-            "/",
-            workload_slug,
-            memory,
-            "",
-        ),
-        "title": column([s.title for s in shared], "title", by_shared),
-        "metric": column(metric, "metric", by_shared),
-        "kernel": kernel,
-        "operation_mode": mode,
-        "provider": column([s.key.provider for s in shared], "provider", by_shared),
-        "gpu_name": column([s.key.gpu_name for s in shared], "gpu_name", by_shared),
-        "gpu_slug": column([s.gpu_slug for s in shared], "gpu_slug", by_shared),
-        "gpu_architecture": column(
+    return {
+        "series": _typed([s.series for s in shared], "series_id"),
+        "series_json": pa.array([_json_inner(s.series) for s in shared], pa.string()),
+        "memory": pa.array(["/memory" if m == "memory" else "" for m in metric], pa.string()),
+        "title": _typed([s.title for s in shared], "title"),
+        "metric": _typed(metric, "metric"),
+        "operation_mode": _typed([s.mode for s in shared], "operation_mode"),
+        "mode_json": pa.array([_json_inner(s.mode) for s in shared], pa.string()),
+        "provider": _typed([s.key.provider for s in shared], "provider"),
+        "gpu_name": _typed([s.key.gpu_name for s in shared], "gpu_name"),
+        "gpu_slug": _typed([s.gpu_slug for s in shared], "gpu_slug"),
+        "gpu_architecture": _typed(
             [s.environment.doc["spec"]["hardware"]["architecture"] for s in shared],
             "gpu_architecture",
-            by_shared,
         ),
-        "liger_version": column([s.key.liger_version for s in shared], "liger_version", by_shared),
-        "release_key": column(
-            [_release_key(s.key.liger_version) for s in shared], "release_key", by_shared
+        "liger_version": _typed([s.key.liger_version for s in shared], "liger_version"),
+        "release_key": _typed([_release_key(s.key.liger_version) for s in shared], "release_key"),
+        "value_unit": _typed(["ns" if m == "speed" else "bytes" for m in metric], "value_unit"),
+        "environment_digest": _typed([s.environment.digest for s in shared], "environment_digest"),
+        "known_kernel": _typed([s.kernel is not None for s in shared], "known_kernel"),
+        "source_kernel": _typed([s.key.kernel for s in shared], "source_kernel"),
+        "is_speed": pa.array([m == "speed" for m in metric], pa.bool_()),
+        # A document's head (labels, title): the part's, and whether the workload matched a
+        # catalog variant.
+        "head_matched": pa.array([head_of(s.title, labels_of(s, True)) for s in shared]),
+        "head_unmatched": pa.array([head_of(s.title, labels_of(s, False)) for s in shared]),
+    }
+
+
+def workload_columns(workloads: list[ResolvedWorkload]) -> dict[str, pa.Array]:
+    """One row per workload: what its descriptors take from it."""
+    return {
+        "kernel": _typed([w.kernel for w in workloads], "kernel"),
+        "kernel_json": pa.array([_json_inner(w.kernel) for w in workloads], pa.string()),
+        "x_name": _typed([w.key.x_name for w in workloads], "x_name"),
+        "x_value": _typed([w.key.x_value for w in workloads], "x_value"),
+        "x_value_number": _typed([x_number(w.key.x_value) for w in workloads], "x_value_number"),
+        "workload_slug": _typed([w.slug for w in workloads], "workload_slug"),
+        "slug_json": pa.array([_json_inner(w.slug) for w in workloads], pa.string()),
+        "dtype": _typed([w.dtype for w in workloads], "dtype"),
+        "config": _typed([w.key.config for w in workloads], "config"),
+        "workload_digest": _typed([w.hashed.digest for w in workloads], "workload_digest"),
+        "workload_descriptor": _typed(
+            [w.hashed.canonical for w in workloads], "workload_descriptor"
         ),
-        "x_name": column([w.key.x_name for w in workloads], "x_name", by_workload),
-        "x_label": pa.array([d.key.x_label for d in descriptors], pa.string()),
-        "x_value": column([w.key.x_value for w in workloads], "x_value", by_workload),
-        "x_value_number": column(
-            [x_number(w.key.x_value) for w in workloads], "x_value_number", by_workload
+        "workload_variant": _typed([w.variant for w in workloads], "workload_variant"),
+        "unmatched": pa.array([w.variant is None for w in workloads], pa.bool_()),
+    }
+
+
+def protocol_columns(protocols: list[Hashed]) -> dict[str, pa.Array]:
+    return {"protocol_digest": _typed([h.digest for h in protocols], "protocol_digest")}
+
+
+def implementation_columns(implementations: list[Hashed]) -> dict[str, pa.Array]:
+    return {
+        "implementation_digest": _typed(
+            [h.digest for h in implementations], "implementation_digest"
         ),
-        "workload_slug": workload_slug,
-        "dtype": column([w.dtype for w in workloads], "dtype", by_workload),
-        "config": column([w.key.config for w in workloads], "config", by_workload),
-        "value_unit": column(
-            ["ns" if m == "speed" else "bytes" for m in metric], "value_unit", by_shared
-        ),
-        **digests,
-        "workload_descriptor": column(
-            [w.hashed.canonical for w in workloads], "workload_descriptor", by_workload
-        ),
-        "implementation_descriptor": column(
-            [h.canonical for h in implementations], "implementation_descriptor", by_implementation
-        ),
-        "known_kernel": column([s.kernel is not None for s in shared], "known_kernel", by_shared),
-        "source_kernel": column([s.key.kernel for s in shared], "source_kernel", by_shared),
-        "workload_variant": column([w.variant for w in workloads], "workload_variant", by_workload),
-        "catalog_version": pa.array([descriptors[0].catalog_version], pa.string()).take(
-            pa.array(np.zeros(len(descriptors), dtype=np.int64))
+        "implementation_descriptor": _typed(
+            [h.canonical for h in implementations], "implementation_descriptor"
         ),
     }
-    # A document's head (labels, title) is its shared part's, and says whether its workload
-    # matched a catalog variant: one per (shared part, matched).
-    unmatched = np.array([w.variant is None for w in workloads], dtype=np.int64)
-    head_code = ids[:, 0] * 2 + unmatched[by_workload.to_numpy()]
-    _, first, by_head = np.unique(head_code, return_index=True, return_inverse=True)
-    cols["frag_head"] = pa.array(
-        [head_fragment(descriptors[i]) for i in first.tolist()], pa.string()
-    ).take(pa.array(by_head.reshape(-1), pa.int64()))
+
+
+PART_COLUMNS: dict[str, Callable[[list[Any]], dict[str, pa.Array]]] = {
+    "shared": shared_columns,
+    "workload": workload_columns,
+    "protocol": protocol_columns,
+    "implementation": implementation_columns,
+}
+
+
+def assemble_columns(
+    stored: dict[str, pa.Array], per_part: dict[str, dict[str, pa.Array]], catalog_version: str
+) -> dict[str, pa.Array]:
+    """The descriptor columns (DESCRIPTOR_FIELDS, then the document fragments, name prefix and
+    is_speed) from what is kept per descriptor and its parts' columns, row for row."""
+    s, w = per_part["shared"], per_part["workload"]
+    columns = {**s, **w, **per_part["protocol"], **per_part["implementation"]}
+    n = len(stored["x_label"])
+    columns.update(
+        # Resolver.resolve's series id, from the same parts.
+        series_id=pc.binary_join_element_wise(
+            s["series"], "/", w["workload_slug"], s["memory"], ""
+        ),
+        x_label=stored["x_label"],
+        catalog_version=pa.array([catalog_version], pa.string()).take(
+            pa.array(np.zeros(n, dtype=np.int64))
+        ),
+    )
+    cols = {name: columns[name] for name in DESCRIPTOR_FIELDS}
+    cols["frag_head"] = pc.if_else(w["unmatched"], s["head_unmatched"], s["head_matched"])
     # JSON escapes character by character: the escaped text of a join is the join of the
     # parts' escaped texts (documents.fragments renders the same text from one descriptor).
     cols["frag_middle"] = pc.binary_join_element_wise(
-        '"},"spec":{"environmentDigest":"', digests["environment_digest"],
-        '","implementationDigest":"', digests["implementation_digest"],
-        '","protocolDigest":"', digests["protocol_digest"],
-        '","workloadDigest":"', digests["workload_digest"],
-        '","sourceNative":{"benchmark":"',
-        column([json_str(w.kernel)[1:-1] for w in workloads], "kernel", by_workload), "/",
-        column([json_str(s.mode)[1:-1] for s in shared], "operation_mode", by_shared),
+        '"},"spec":{"environmentDigest":"', columns["environment_digest"],
+        '","implementationDigest":"', columns["implementation_digest"],
+        '","protocolDigest":"', columns["protocol_digest"],
+        '","workloadDigest":"', columns["workload_digest"],
+        '","sourceNative":{"benchmark":"', w["kernel_json"], "/", s["mode_json"],
         '","source":"liger-kernel-bench","externalId":"',
-        column([json_str(s.series)[1:-1] for s in shared], "series_id", by_shared), "/",
-        column([json_str(w.slug)[1:-1] for w in workloads], "workload_slug", by_workload),
-        memory, "/",
+        s["series_json"], "/", w["slug_json"], s["memory"], "/",
         "",
     )  # fmt: skip
-    cols["name_prefix"] = pa.array([d.name_prefix for d in descriptors], pa.string())
-    cols["is_speed"] = pa.array([m == "speed" for m in metric], pa.bool_()).take(by_shared)
+    cols["name_prefix"] = stored["name_prefix"]
+    cols["is_speed"] = s["is_speed"]
     return cols
-
-
-def _parts_of(registry: list[T], ids: np.ndarray) -> tuple[list[T], pa.Array]:
-    """The parts `ids` use (each once), and per id its position among them."""
-    used, position = np.unique(ids, return_inverse=True)
-    return [registry[i] for i in used.tolist()], pa.array(position.reshape(-1), pa.int64())
 
 
 def _descriptor_columns(descriptors: list[Descriptor]) -> dict[str, pa.Array]:

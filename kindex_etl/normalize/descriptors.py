@@ -315,6 +315,19 @@ class Hashed:
         return cls(doc=doc, canonical=canonical.decode(), digest=digest(doc))
 
 
+def labels_of(shared: SharedPart, matched: bool) -> dict[str, str]:
+    """A run's metadata.labels: its release, and flags for what the catalog did not know
+    (`matched`: whether its workload matched a catalog variant)."""
+    labels = {"liger_version": shared.key.liger_version}
+    if shared.kernel is None:
+        labels[UNKNOWN_KERNEL_LABEL] = "unknown-kernel"
+    elif not matched:
+        labels[UNKNOWN_KERNEL_LABEL] = "unknown-variant"
+    if shared.predates is not None:
+        labels[VERSION_LABEL] = shared.predates
+    return labels
+
+
 def name_head(parts: tuple[str, ...]) -> str:
     """slug("liger-" + "-".join(parts)), or "" when a part is not ASCII (see name_prefix)."""
     return slug("-".join(("liger", *parts))) if all(p.isascii() for p in parts) else ""
@@ -364,7 +377,7 @@ class Resolver:
         self._protocol_keys: dict[tuple[str, str, str, str], tuple[str, str, str]] = {}
         self._predates: dict[tuple[str, str], bool] = {}
         self._gpu_slugs: dict[str, str] = {}
-        self._shared: dict[tuple[str, ...], _Shared | tuple[bool, Rejected]] = {}
+        self._shared: dict[tuple[str, ...], SharedPart | tuple[bool, Rejected]] = {}
         self._units = metric_units()
         self.parts = Parts()
 
@@ -497,7 +510,7 @@ class Resolver:
         if problem is not None:
             raise problem.bare()
 
-    def _new_shared(self, key: DescriptorKey) -> _Shared:
+    def _new_shared(self, key: DescriptorKey) -> SharedPart:
         """What keys that differ only in x and config share: checks, environment, names."""
         self._check_fields(key)
         environment = self.environment(key.gpu_name, key.software)
@@ -519,7 +532,7 @@ class Resolver:
             # own externalId shape (one more segment) and a name and title that say so.
             name_parts.insert(2, "memory")
             title += " · peak memory"
-        shared = _Shared(
+        shared = SharedPart(
             key=key,
             index=len(self.parts.shared),
             kernel_name=kernel_name,
@@ -540,7 +553,7 @@ class Resolver:
         self.parts.shared.append(shared)
         return shared
 
-    def _shared_of(self, key: DescriptorKey) -> _Shared:
+    def _shared_of(self, key: DescriptorKey) -> SharedPart:
         # (kernel, mode, provider, metric, unit, gpu_name, liger_version, software): slices,
         # not eight attribute reads (this runs once per descriptor key).
         skey = key[:5] + key[9:]
@@ -552,7 +565,7 @@ class Resolver:
                 # Empty kernel, provider or metric come before an empty x in the checks' order.
                 early = rejected.reason == "missing_field" and rejected.detail in _EARLY_EMPTY
                 found = self._shared[skey] = (early, rejected.bare())
-        if isinstance(found, _Shared):
+        if isinstance(found, SharedPart):
             if key.x_name.strip() and key.x_value.strip():
                 return found
         elif found[0]:
@@ -574,13 +587,7 @@ class Resolver:
         protocol, implementation = self.parts.protocols[p], self.parts.implementations[i]
         kernel = shared.kernel
         series = f"{shared.series}/{workload_slug}"
-        labels = {"liger_version": key.liger_version}
-        if kernel is None:
-            labels[UNKNOWN_KERNEL_LABEL] = "unknown-kernel"
-        elif resolved.variant is None:
-            labels[UNKNOWN_KERNEL_LABEL] = "unknown-variant"
-        if shared.predates is not None:
-            labels[VERSION_LABEL] = shared.predates
+        labels = labels_of(shared, resolved.variant is not None)
         if key.metric == "memory":
             series += "/memory"
         return Descriptor(
@@ -615,7 +622,7 @@ class Resolver:
 
 
 @dataclass(frozen=True)
-class _Shared:
+class SharedPart:
     """What descriptor keys that differ only in x, x_label and config have in common."""
 
     key: DescriptorKey  # the first key resolved to it: its shared fields are every one's
@@ -642,7 +649,7 @@ class Parts:
     one Python tuple per descriptor (`columnar.descriptor_columns`).
     """
 
-    shared: list[_Shared] = field(default_factory=list)
+    shared: list[SharedPart] = field(default_factory=list)
     workloads: list[ResolvedWorkload] = field(default_factory=list)
     protocols: list[Hashed] = field(default_factory=list)
     implementations: list[Hashed] = field(default_factory=list)

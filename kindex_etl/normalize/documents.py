@@ -32,10 +32,10 @@ def _head(title: str, labels: tuple[tuple[str, str], ...]) -> str:
     )
 
 
-def head_fragment(d: Descriptor) -> str:
-    """A run document's text before its name: the same for every descriptor of a shared
-    part whose workloads agree on matching a catalog variant (its labels and title)."""
-    return _head(d.title, tuple(d.labels.items()))
+def head_of(title: str, labels: dict[str, str]) -> str:
+    """A run document's text before its name: its labels and title (the same for every
+    descriptor of a shared part whose workloads agree on matching a catalog variant)."""
+    return _head(title, tuple(labels.items()))
 
 
 def fragments(d: Descriptor) -> tuple[str, str]:
@@ -44,7 +44,7 @@ def fragments(d: Descriptor) -> tuple[str, str]:
     Keys are ordered so that everything a descriptor fixes comes first: a row then needs two
     per-descriptor pieces, and the rest of its document is its own values.
     """
-    head = head_fragment(d)
+    head = head_of(d.title, d.labels)
     series = json_str(d.series_id)[:-1]  # an open string: the timestamp slug closes it
     middle = (
         f'"}},"spec":{{"environmentDigest":"{d.environment_digest}",'

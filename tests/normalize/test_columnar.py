@@ -222,9 +222,9 @@ def test_descriptor_chunks_stop_merging_at_their_bound(monkeypatch):
         assert got.json_lines.equals(want.json_lines)
     table = chunked.table
     assert len(table.descriptors) > 12
-    sizes = [c.num_rows for c in table._chunks]
+    sizes = [c.num_rows for c in table._stored.chunks]
     assert max(sizes) <= 4 and sum(sizes) == len(table.descriptors)
-    assert max(c.num_rows for c in whole.table._chunks) > 4
+    assert max(c.num_rows for c in whole.table._stored.chunks) > 4
     ids = np.arange(len(table.descriptors))
     assert table.columns_of(ids)["series_id"].to_pylist() == [
         d.series_id for d in table.descriptors
@@ -264,3 +264,11 @@ def test_descriptor_columns_made_per_part_equal_those_made_per_descriptor():
         for name, column in expected.items():
             assert made[name].to_pylist() == column.to_pylist(), name
             assert made[name].type == column.type, name
+    # As a batch takes them: kept per descriptor in the table's chunks, made from parts on
+    # the way out, for any sorted set of descriptors.
+    ids = np.arange(0, len(table.descriptors), 3)
+    taken = table.columns_of(ids)
+    expected = _descriptor_columns([table.descriptors[i] for i in ids.tolist()])
+    assert list(taken) == list(expected)
+    for name, column in expected.items():
+        assert taken[name].to_pylist() == column.to_pylist(), name
