@@ -53,9 +53,9 @@ from kindex_etl.normalize.key_index import KeyIndex
 from kindex_etl.normalize.quarantine import quarantine_table
 
 _EPOCH_LIMIT = 1 << 32
+_INT64_LIMIT = float(1 << 63)
 # The parts a descriptor is made of, in the order of `Descriptor.parts`.
 PART_KINDS = ("shared", "workload", "protocol", "implementation")
-_INT64_LIMIT = float(1 << 63)
 
 
 def x_number(text: str) -> float | None:

@@ -645,8 +645,9 @@ class Parts:
 
     A descriptor's `parts` index these lists. Real history has ~37 descriptors per workload
     and ~6 per shared part (1M realistic rows: 55,613 descriptors, 1,507 workloads, 9,549
-    shared parts): columns made per part and taken per descriptor cost a fraction of
-    one Python tuple per descriptor (`columnar.descriptor_columns`).
+    shared parts): columns made and kept per part, taken per descriptor, cost a fraction of
+    one Python tuple per descriptor, in time and memory (`columnar.DescriptorTable`). The
+    lists only grow, so an index stays valid while another thread appends.
     """
 
     shared: list[SharedPart] = field(default_factory=list)
