@@ -270,25 +270,6 @@ class _Growing:
         return {name: column.take(by) for name, column in self.take(used).items()}
 
 
-def descriptor_columns(parts: Parts, descriptors: list[Descriptor]) -> dict[str, pa.Array]:
-    """The per-descriptor columns of `descriptors`, all resolved by the resolver of `parts`.
-
-    Equal to `_descriptor_columns` (one Python tuple per descriptor), made as an ingest makes
-    them: what is kept per descriptor (`stored_columns`), the columns of each part it uses,
-    joined (`assemble_columns`).
-    """
-    if not descriptors:
-        return _descriptor_columns([])
-    stored = stored_columns(descriptors)
-    per_part = {}
-    for kind, registry in zip(PART_KINDS, _registries(parts), strict=True):
-        used, position = np.unique(stored[kind].to_numpy(), return_inverse=True)
-        columns = PART_COLUMNS[kind]([registry[i] for i in used.tolist()])
-        by = pa.array(position.reshape(-1), pa.int64())
-        per_part[kind] = {name: column.take(by) for name, column in columns.items()}
-    return assemble_columns(stored, per_part, descriptors[0].catalog_version)
-
-
 def _registries(parts: Parts) -> tuple[list[Any], ...]:
     return (parts.shared, parts.workloads, parts.protocols, parts.implementations)
 
@@ -309,7 +290,7 @@ def stored_columns(descriptors: list[Descriptor]) -> dict[str, pa.Array]:
 
 
 def _typed(values: list[Any], name: str) -> pa.Array:
-    return pa.array(values, RUN_SCHEMA.field(name).type if name in RUN_SCHEMA.names else None)
+    return pa.array(values, RUN_SCHEMA.field(name).type)
 
 
 def _json_inner(text: str) -> str:
@@ -406,9 +387,7 @@ def assemble_columns(
             s["series"], "/", w["workload_slug"], s["memory"], ""
         ),
         x_label=stored["x_label"],
-        catalog_version=pa.array([catalog_version], pa.string()).take(
-            pa.array(np.zeros(n, dtype=np.int64))
-        ),
+        catalog_version=pa.repeat(pa.scalar(catalog_version, pa.string()), n),
     )
     cols = {name: columns[name] for name in DESCRIPTOR_FIELDS}
     cols["frag_head"] = pc.if_else(w["unmatched"], s["head_unmatched"], s["head_matched"])
@@ -430,7 +409,8 @@ def assemble_columns(
 
 
 def _descriptor_columns(descriptors: list[Descriptor]) -> dict[str, pa.Array]:
-    """`descriptor_columns`, one tuple per descriptor: what it must equal."""
+    """The descriptor columns from one Python tuple per descriptor: what
+    `DescriptorTable.columns_of` (made per part) must equal, and the empty columns."""
     rows = [descriptor_row(d) for d in descriptors]
     columns = list(zip(*rows, strict=True)) if rows else [()] * len(DESCRIPTOR_FIELDS)
     cols: dict[str, pa.Array] = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -17,7 +18,6 @@ from kindex_etl.normalize.columnar import (
     ColumnarNormalizer,
     DescriptorTable,
     _descriptor_columns,
-    descriptor_columns,
 )
 from kindex_etl.normalize.descriptors import Rejected
 from kindex_etl.normalize.reference import descriptor_key, normalize_row
@@ -251,24 +251,18 @@ def test_descriptor_columns_made_per_part_equal_those_made_per_descriptor():
             convert_options=pcsv.ConvertOptions(column_types=types, strings_can_be_null=False),
         ).to_pylist()
     table = DescriptorTable(default_catalog())
-    for r in rows:
-        table.id_of(descriptor_key(r))
+    # In pieces, as an ingest adds them: each `columns_of` converts the descriptors and parts
+    # added since the last, and takes rows kept in earlier conversions too.
+    keys = list(dict.fromkeys(descriptor_key(r) for r in rows))
+    for start, end in itertools.pairwise((0, 7, 60, 200, len(keys))):
+        for key in keys[start:end]:
+            table.id_of(key)
+        ids = np.arange(len(table.descriptors) % 3, len(table.descriptors), 2)
+        taken = table.columns_of(ids)
+        expected = _descriptor_columns([table.descriptors[i] for i in ids.tolist()])
+        assert list(taken) == list(expected)
+        for name, column in expected.items():
+            assert taken[name].to_pylist() == column.to_pylist(), name
+            assert taken[name].type == column.type, name
     assert len(table.descriptors) > 100
     assert len(table.resolver.parts.shared) < len(table.descriptors)
-    # In pieces, as an ingest converts them: descriptors of a piece share parts made before it.
-    pieces = [table.descriptors[:7], table.descriptors[7:60], table.descriptors[60:]]
-    for piece in pieces:
-        made = descriptor_columns(table.resolver.parts, piece)
-        expected = _descriptor_columns(piece)
-        assert list(made) == list(expected)
-        for name, column in expected.items():
-            assert made[name].to_pylist() == column.to_pylist(), name
-            assert made[name].type == column.type, name
-    # As a batch takes them: kept per descriptor in the table's chunks, made from parts on
-    # the way out, for any sorted set of descriptors.
-    ids = np.arange(0, len(table.descriptors), 3)
-    taken = table.columns_of(ids)
-    expected = _descriptor_columns([table.descriptors[i] for i in ids.tolist()])
-    assert list(taken) == list(expected)
-    for name, column in expected.items():
-        assert taken[name].to_pylist() == column.to_pylist(), name
