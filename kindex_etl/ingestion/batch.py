@@ -500,7 +500,8 @@ class Ingestor:
             work.held.update(held_keys(q))
         keep = result.keep
         kept = int(keep.sum())
-        work.descriptor_ids.update(np.unique(nb.descriptor_ids[keep]).tolist())
+        # Ids are small and dense (below the descriptor cap): a count, not a sort.
+        work.descriptor_ids.update(np.flatnonzero(np.bincount(nb.descriptor_ids[keep])).tolist())
         work.versions.update(nb.versions(keep))
         report.runs += kept
         report.duplicates += int(result.duplicate.sum())

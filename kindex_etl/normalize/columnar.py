@@ -600,6 +600,20 @@ def merge_indexes(parts: list[pa.Table]) -> pa.Table:
     )
 
 
+def _groups(combined: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows grouped by equal values: each group's first row, and each row's group.
+
+    Groups are numbered in the order they first appear. A hash (Arrow's dictionary encoding)
+    where `np.unique` sorts: 0.3 ms against 1.35 ms for a 20k-row block, on the thread that
+    holds the GIL for the rest of the normalizing.
+    """
+    inverse = pa.array(combined).dictionary_encode().indices.to_numpy(zero_copy_only=False)
+    # A group's number is one more than the highest before its first row: where that rises.
+    highest = np.maximum.accumulate(inverse)
+    first = np.flatnonzero(np.diff(highest, prepend=-1) > 0)
+    return first, inverse.astype(np.intp, copy=False)
+
+
 def _ident_hash(d: Descriptor) -> int:
     return int(d.implementation_digest[7:23], 16) ^ int(d.workload_digest[7:23], 16)
 
@@ -638,8 +652,10 @@ class ColumnarNormalizer:
     def __init__(self, catalog: Catalog) -> None:
         self.table = DescriptorTable(catalog)
         self.series: dict[str, int] = {}
-        self._series_of: list[int] = []
-        self._ident_of: list[int] = []
+        # Per descriptor id: its series number and identity hash, as the arrays a batch
+        # indexes (a list turned into an array per batch held the GIL ~0.6 ms each time).
+        self._series_of = np.zeros(0, dtype=np.uint64)
+        self._ident_of = np.zeros(0, dtype=np.uint64)
 
     def descriptors_over(self, cap: int) -> bool:
         return len(self.table.descriptors) > cap
@@ -656,8 +672,8 @@ class ColumnarNormalizer:
         Series numbers (and so run keys) are kept: they must not change within a process.
         """
         self.table = DescriptorTable(self.table.catalog)
-        self._series_of = []
-        self._ident_of = []
+        self._series_of = np.zeros(0, dtype=np.uint64)
+        self._ident_of = np.zeros(0, dtype=np.uint64)
 
     def series_index(self, series_id: str) -> int:
         return self.series.setdefault(series_id, len(self.series))
@@ -704,7 +720,7 @@ class ColumnarNormalizer:
             combined = combined * width + codes
             size *= width
         assert combined is not None
-        _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+        first, inverse = _groups(combined)
         software_code = table.codes_of("software", pa.array([software], pa.string()))
         group_codes = np.stack(
             [
@@ -723,11 +739,18 @@ class ColumnarNormalizer:
                 for parts in zip(*values, strict=True)
             ]
             table.keys.add(group_codes[missing], hashes[missing], local_ids[missing])
-        while len(self._series_of) < len(table.descriptors):
-            d = table.descriptors[len(self._series_of)]
-            self._series_of.append(self.series_index(d.series_id))
-            self._ident_of.append(_ident_hash(d))
-        return local_ids[inverse.reshape(-1)], table.rejection_reasons, table.rejection_details
+        new_descriptors = table.descriptors[len(self._series_of) :]
+        if new_descriptors:
+            count = len(new_descriptors)
+            series = (self.series_index(d.series_id) for d in new_descriptors)
+            ident = (_ident_hash(d) for d in new_descriptors)
+            self._series_of = np.concatenate(
+                [self._series_of, np.fromiter(series, dtype=np.uint64, count=count)]
+            )
+            self._ident_of = np.concatenate(
+                [self._ident_of, np.fromiter(ident, dtype=np.uint64, count=count)]
+            )
+        return local_ids[inverse], table.rejection_reasons, table.rejection_details
 
     def normalize(
         self,
@@ -806,9 +829,9 @@ class ColumnarNormalizer:
 
         good = np.flatnonzero(~bad)
         gid = gids[good]
-        series = np.asarray(self._series_of, dtype=np.uint64)[gid]
+        series = self._series_of[gid]
         keys = (series << np.uint64(32)) | epoch[good].astype(np.uint64)
-        ident = np.asarray(self._ident_of, dtype=np.uint64)[gid]
+        ident = self._ident_of[gid]
         fps = value_fingerprint(values["50"][good], values["20"][good], values["80"][good], ident)
 
         bad_idx = np.flatnonzero(bad)
