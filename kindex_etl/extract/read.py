@@ -22,9 +22,12 @@ import pyarrow.csv as pcsv
 
 from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
 from kindex_etl.errors import BadFile, NotFound, UnsafeKey
+from kindex_etl.extract.readahead import Gate
 from kindex_etl.storage import ObjectStore
 
 BLOCK_SIZE = 6 << 20
+# Blocks Arrow's reading thread may read ahead of the batches taken (`readahead.Gate`).
+READ_AHEAD_BLOCKS = 3
 # The header is read and checked before Arrow sees the object; upstream's is ~230 bytes.
 HEADER_LIMIT = 1 << 20
 
@@ -216,30 +219,35 @@ def read_batches(
         )
         return "skip"
 
+    gate: Gate | None = None
     try:
         head = _read_head(stream, HEADER_LIMIT)
         names = check_header(head)
+        gate = Gate(_rewound(head, stream), READ_AHEAD_BLOCKS)
         try:
-            reader = pcsv.open_csv(
-                _rewound(head, stream),
-                read_options=pcsv.ReadOptions(use_threads=False, block_size=block_size),
-                parse_options=pcsv.ParseOptions(
-                    invalid_row_handler=on_invalid,
-                    newlines_in_values=True,
-                    # Blank lines come back as rows of empty fields: they keep the record
-                    # ordinals Arrow reports equal to ours, and are dropped below.
-                    ignore_empty_lines=False,
-                ),
-                convert_options=pcsv.ConvertOptions(
-                    # Every column as text, extra ones too: their embedded newlines count.
-                    column_types={name: pa.string() for name in names},
-                    strings_can_be_null=False,
-                ),
-            )
+            with gate.taking():
+                reader = pcsv.open_csv(
+                    gate,
+                    read_options=pcsv.ReadOptions(use_threads=False, block_size=block_size),
+                    parse_options=pcsv.ParseOptions(
+                        invalid_row_handler=on_invalid,
+                        newlines_in_values=True,
+                        # Blank lines come back as rows of empty fields: they keep the record
+                        # ordinals Arrow reports equal to ours, and are dropped below.
+                        ignore_empty_lines=False,
+                    ),
+                    convert_options=pcsv.ConvertOptions(
+                        # Every column as text, extra ones too: their embedded newlines count.
+                        column_types={name: pa.string() for name in names},
+                        strings_can_be_null=False,
+                    ),
+                )
         except (pa.ArrowException, UnicodeDecodeError) as exc:
             raise _bad_file(exc) from None
-        yield from _batches(reader, pending, stream)
+        yield from _batches(reader, pending, stream, gate)
     finally:
+        if gate is not None:
+            gate.close()
         stream.close()
 
 
@@ -251,13 +259,14 @@ def _tell(stream: BinaryIO) -> int:
 
 
 def _batches(
-    reader: pcsv.CSVStreamingReader, pending: list[_Pending], stream: BinaryIO
+    reader: pcsv.CSVStreamingReader, pending: list[_Pending], stream: BinaryIO, gate: Gate
 ) -> Iterator[RowBatch]:
     next_ordinal = 2  # the header is record 1
     carry = 0  # line breaks inside the values of every record placed so far
     while True:
         try:
-            batch = reader.read_next_batch()
+            with gate.taking():
+                batch = reader.read_next_batch()
         except StopIteration:
             break
         except (pa.ArrowException, UnicodeDecodeError) as exc:
