@@ -9,6 +9,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from kindex_etl.catalog import default_catalog
 from kindex_etl.contracts.documents import BenchmarkRun
@@ -18,6 +20,7 @@ from kindex_etl.normalize.columnar import (
     ColumnarNormalizer,
     DescriptorTable,
     _descriptor_columns,
+    _groups,
 )
 from kindex_etl.normalize.descriptors import Rejected
 from kindex_etl.normalize.reference import descriptor_key, normalize_row
@@ -266,3 +269,16 @@ def test_descriptor_columns_made_per_part_equal_those_made_per_descriptor():
             assert taken[name].type == column.type, name
     assert len(table.descriptors) > 100
     assert len(table.resolver.parts.shared) < len(table.descriptors)
+
+
+@given(st.lists(st.integers(-(2**62), 2**62), max_size=300))
+def test_groups_are_np_uniques_groups_numbered_by_first_appearance(values: list[int]) -> None:
+    combined = np.asarray(values, dtype=np.int64)
+    first, inverse = _groups(combined)
+    uniq, u_first, u_inverse = np.unique(combined, return_index=True, return_inverse=True)
+    # The same groups (each row's value is its group's), and each group's first row.
+    assert (combined[first][inverse] == combined).all()
+    assert sorted(first.tolist()) == sorted(u_first.tolist())
+    # Numbered by first appearance: group i's first row comes before group i+1's.
+    assert first.tolist() == sorted(first.tolist())
+    assert len(first) == len(uniq) and len(inverse) == len(u_inverse.reshape(-1))
