@@ -8,6 +8,12 @@
   `RunIndex.classify` looks up in key order).
 * `line_break`: the reader's check of 40 MB of value bytes: two comparisons, or one `min()`
   first (`extract.read._may_break`).
+* `block_sorts`: per 20k-row block (ms, 5,000 distinct keys), what the normalizing thread did
+  before stop 26 and does now: grouping rows (`np.unique` / `columnar._groups`), the run
+  index's argsort (stable / not), per-descriptor arrays (made from a list / kept), the block's
+  descriptor ids (`np.unique` / `np.bincount`).
+* `csv_read_ahead`: reads of 6 MiB blocks Arrow's CSV reader has made one second after its
+  first batch, on 300 MB of CSV, without and with `extract.readahead.Gate`.
 * With `--warehouse`: 1M runs of the warehouse written with statistics on every column, on all
   but `external_id` and `name`, and on none; the same runs in 64k-row groups with zstd-1
   (ours), lz4 and snappy (time and size); and 400 MB of its run documents compressed at zstd
@@ -61,6 +67,82 @@ def line_break() -> dict[str, float]:
         "two_comparisons_s": _best(lambda: bool((raw == 10).any() or (raw == 13).any())),
         "min_s": _best(lambda: raw.min() > 13),
     }
+
+
+def block_sorts() -> dict[str, float]:
+    import pyarrow as pa  # noqa: F401  (imported before timing: _groups uses it)
+
+    from kindex_etl.normalize.columnar import _groups
+
+    rng = np.random.default_rng(0)
+    n, per_block = 20_000, 100
+    combined = rng.integers(0, 10**12, 5_000)[rng.integers(0, 5_000, n)]
+    keys = rng.integers(0, 2**63, n).astype(np.uint64)
+    as_list = list(range(49_152))
+    as_array = np.asarray(as_list, dtype=np.uint64)
+    ids = rng.integers(0, 49_152, n)
+
+    def ms(fn: Callable[[], object]) -> float:
+        return round(_best(lambda: [fn() for _ in range(per_block)]) / per_block * 1000, 3)
+
+    return {
+        "group_unique_ms": ms(lambda: np.unique(combined, return_index=True, return_inverse=True)),
+        "group_hash_ms": ms(lambda: _groups(combined)),
+        "argsort_stable_ms": ms(lambda: np.argsort(keys, kind="stable")),
+        "argsort_ms": ms(lambda: np.argsort(keys)),
+        "series_from_list_ms": ms(lambda: np.asarray(as_list, dtype=np.uint64)[ids]),
+        "series_from_array_ms": ms(lambda: as_array[ids]),
+        "ids_unique_ms": ms(lambda: np.unique(ids).tolist()),
+        "ids_bincount_ms": ms(lambda: np.flatnonzero(np.bincount(ids)).tolist()),
+    }
+
+
+class _CountingReads:
+    def __init__(self, path: Path) -> None:
+        self._fh = path.open("rb")
+        self.reads = 0
+
+    def read(self, size: int = -1) -> bytes:
+        self.reads += 1
+        return self._fh.read(size)
+
+    def close(self) -> None:
+        self._fh.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._fh.closed
+
+
+def csv_read_ahead() -> dict[str, int]:
+    import pyarrow.csv as pcsv
+
+    from kindex_etl.extract.read import BLOCK_SIZE, READ_AHEAD_BLOCKS
+    from kindex_etl.extract.readahead import Gate
+
+    options = pcsv.ReadOptions(use_threads=False, block_size=BLOCK_SIZE)
+    result = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "f.csv"
+        with path.open("wb") as fh:
+            fh.write(b"a,b\n")
+            line = b"%d," + b"x" * 90 + b"\n"
+            for start in range(0, 3_000_000, 100_000):
+                fh.write(b"".join(line % i for i in range(start, start + 100_000)))
+        bare = _CountingReads(path)
+        pcsv.open_csv(bare, read_options=options).read_next_batch()
+        time.sleep(1)
+        result["reads_without_gate"] = bare.reads
+        gated = _CountingReads(path)
+        gate = Gate(gated, READ_AHEAD_BLOCKS)  # type: ignore[arg-type]
+        with gate.taking():
+            reader = pcsv.open_csv(gate, read_options=options)
+        with gate.taking():
+            reader.read_next_batch()
+        time.sleep(1)
+        result["reads_with_gate"] = gated.reads
+        gate.close()
+    return result
 
 
 def _million_runs(warehouse: Path) -> Any:
@@ -163,6 +245,8 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     print(json.dumps({"searchsorted": searchsorted()}), flush=True)
     print(json.dumps({"line_break": line_break()}), flush=True)
+    print(json.dumps({"block_sorts": block_sorts()}), flush=True)
+    print(json.dumps({"csv_read_ahead": csv_read_ahead()}), flush=True)
     if args.warehouse is not None:
         print(json.dumps({"parquet_statistics": parquet_statistics(args.warehouse)}), flush=True)
         print(json.dumps({"parquet_codecs": parquet_codecs(args.warehouse)}), flush=True)
