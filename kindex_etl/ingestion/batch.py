@@ -39,7 +39,7 @@ from kindex_etl.load.descriptor_tables import descriptor_tables
 from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import CommitRecord, Counts, FileEntry
 from kindex_etl.load.warehouse import Warehouse
-from kindex_etl.load.writers import ParquetTableWriter, RunsWriter, WrittenFile
+from kindex_etl.load.writers import ParquetTableWriter, RowGroupWriter, RunsWriter, WrittenFile
 from kindex_etl.memory import bulk_collector, pin_mmap_threshold, use_bulk_arrow_pool
 from kindex_etl.normalize.columnar import (
     STORED_KEY_COLUMNS,
@@ -87,6 +87,9 @@ class _RejectedLate(Exception):
 
 
 WORKDIR_PREFIX = "kindex-"
+# Held-back rows are wide (~500 bytes in memory, every column a string) and come a few
+# thousand a CSV block: row groups of ~16k rows, not one per block nor 64k rows waiting.
+QUARANTINE_ROW_GROUP_BYTES = 8 << 20
 _WORKDIR_NAME = re.compile(r"^kindex-[0-9a-f]{16}-")
 _OWNER = ".kindex-owner"
 
@@ -184,7 +187,7 @@ class _Work:
     """
 
     runs: RunsWriter
-    quarantine: ParquetTableWriter
+    quarantine: RowGroupWriter
     builder: Background = field(default_factory=partial(Background, "kindex-builder"))
     # Deeper: the writer's work is bursty (see KINDEX_WRITE_AHEAD in config.py).
     writer: Background = field(
@@ -332,8 +335,11 @@ class Ingestor:
         workdir = WorkDir.create(batch)
         work = _Work(
             runs=RunsWriter(workdir.path, batch, RUN_WRITE_SCHEMA),
-            quarantine=ParquetTableWriter(
-                workdir.path, layout.table_key(layout.QUARANTINE, batch), QUARANTINE_SCHEMA
+            quarantine=RowGroupWriter(
+                ParquetTableWriter(
+                    workdir.path, layout.table_key(layout.QUARANTINE, batch), QUARANTINE_SCHEMA
+                ),
+                max_bytes=QUARANTINE_ROW_GROUP_BYTES,
             ),
             held=Counter() if unchanged_if is not None else None,
         )

@@ -37,10 +37,13 @@ class WrittenFile:
 
 @dataclass
 class ParquetTableWriter:
+    """One Parquet file; each `write` is one row group (up to a million rows)."""
+
     workdir: Path
     key: str
     schema: pa.Schema
     rows: int = 0
+    row_groups: int = 0
     _writer: pq.ParquetWriter | None = None
 
     @property
@@ -56,6 +59,7 @@ class ParquetTableWriter:
             )  # fmt: skip
         self._writer.write_table(table.cast(self.schema), row_group_size=1 << 20)
         self.rows += table.num_rows
+        self.row_groups += 1
 
     def close(self) -> WrittenFile | None:
         if self._writer is None:
@@ -130,6 +134,56 @@ def _offset(offsets: pa.Buffer, index: int) -> int:
 
 ROW_GROUP_ROWS = 64 * 1024
 MAX_BUFFERED_ROWS = 128 * 1024
+# A release that got no rows in this many writes (CSV blocks) has most likely ended: upstream's
+# history moves through releases (a per-commit file holds one, the cumulative file is in time
+# order), and the rows it left short of a row group would otherwise wait, with every other
+# ended release's, until MAX_BUFFERED_ROWS forces them out: at 20M realistic rows the buffers
+# grew from ~2 releases and ~80 MiB to ~8 and ~160 MiB (docs/performance.md, stop 27).
+IDLE_WRITES = 4
+# An open Parquet file holds its footer in memory until it is closed, about 1 KB per column
+# chunk (glibc's heap, not Arrow's pool): a runs file of 48 columns, 15 MiB at 300 row groups.
+# A release's file rolls over to its next part at this many row groups (2M runs, ~130 MB on
+# real history), so what an ingest holds for footers stops growing with its input.
+ROW_GROUPS_PER_FILE = 32
+
+
+@dataclass
+class RowGroupWriter:
+    """One Parquet file written in row groups of at least `rows` rows or `max_bytes` bytes,
+    whatever the size of the tables handed to `write`.
+
+    A row group per small write (the quarantine's: a few thousand held-back rows a CSV block)
+    leaves readers a thousand tiny row groups at 20M rows, and its writer a footer that grows
+    with them (see ROW_GROUPS_PER_FILE). `max_bytes` bounds what waits in memory where rows
+    are wide.
+    """
+
+    file: ParquetTableWriter
+    rows: int = ROW_GROUP_ROWS
+    max_bytes: int | None = None
+    _pending: list[pa.Table] = field(default_factory=list)
+    _pending_rows: int = 0
+    _pending_bytes: int = 0
+
+    def write(self, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        self._pending.append(table)
+        self._pending_rows += table.num_rows
+        self._pending_bytes += table.nbytes
+        if self._pending_rows >= self.rows or (
+            self.max_bytes is not None and self._pending_bytes >= self.max_bytes
+        ):
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            self.file.write(pa.concat_tables(self._pending).unify_dictionaries())
+        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
+
+    def close(self) -> WrittenFile | None:
+        self._flush()
+        return self.file.close()
 
 
 def groups_by_code(codes: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
@@ -205,10 +259,12 @@ def compact_dictionaries(table: pa.Table) -> pa.Table:
 
 @dataclass
 class RunsWriter:
-    """Runs partitioned by liger_version: one Parquet file per release per batch.
+    """Runs partitioned by liger_version: one Parquet file per release per batch, and one
+    more each ROW_GROUPS_PER_FILE row groups (`part-<batch>-<n>`).
 
     Input batches are small (a CSV block) and may mix releases (the cumulative file), so rows
-    are buffered per release and written in row groups of ROW_GROUP_ROWS; at most
+    are buffered per release and written in row groups of ROW_GROUP_ROWS; a release's rows go
+    out short of that once it has had none for IDLE_WRITES writes, and at most
     MAX_BUFFERED_ROWS wait in memory, the largest buffer going out first.
     """
 
@@ -216,8 +272,12 @@ class RunsWriter:
     batch: str
     schema: pa.Schema
     _parts: dict[str, ParquetTableWriter] = field(default_factory=dict)
+    _closed: list[WrittenFile] = field(default_factory=list)
+    _next_part: dict[str, int] = field(default_factory=dict)
     _pending: dict[str, list[pa.Table]] = field(default_factory=dict)
     _pending_rows: dict[str, int] = field(default_factory=dict)
+    _writes: int = 0
+    _last_write: dict[str, int] = field(default_factory=dict)
     json: JsonLinesWriter | None = None
 
     def __post_init__(self) -> None:
@@ -230,6 +290,7 @@ class RunsWriter:
         self.json.write_lines(json_lines)
         # One sort by release, then one take per release: no per-release filter of the batch,
         # and compact copies (a slice would pin the whole batch until its release flushes).
+        self._writes += 1
         versions = runs.column("liger_version").cast(pa.string()).combine_chunks()
         encoded = versions.dictionary_encode()
         codes = encoded.indices.to_numpy(zero_copy_only=False)
@@ -238,10 +299,20 @@ class RunsWriter:
         else:
             for code, rows in groups_by_code(codes):
                 self._buffer(encoded.dictionary[code].as_py(), take_compact(runs, rows))
-        while sum(self._pending_rows.values()) > MAX_BUFFERED_ROWS:
+        for version in [
+            v for v in self._pending if self._writes - self._last_write[v] >= IDLE_WRITES
+        ]:
+            self._flush(version)
+        while self.buffered_rows > MAX_BUFFERED_ROWS:
             self._flush(max(self._pending_rows, key=self._pending_rows.__getitem__))
 
+    @property
+    def buffered_rows(self) -> int:
+        """Rows waiting in memory for their release's next row group."""
+        return sum(self._pending_rows.values())
+
     def _buffer(self, version: str, table: pa.Table) -> None:
+        self._last_write[version] = self._writes
         self._pending.setdefault(version, []).append(table)
         self._pending_rows[version] = self._pending_rows.get(version, 0) + table.num_rows
         if self._pending_rows[version] >= ROW_GROUP_ROWS:
@@ -254,17 +325,24 @@ class RunsWriter:
             return
         writer = self._parts.get(version)
         if writer is None:
-            key = layout.runs_key(self.batch, version, 0)
+            part = self._next_part.get(version, 0)
+            self._next_part[version] = part + 1
+            key = layout.runs_key(self.batch, version, part)
             writer = self._parts[version] = ParquetTableWriter(self.workdir, key, self.schema)
         # One dictionary per column for the row group: each batch brings its own, and Parquet's
         # writer, meeting a dictionary other than the row group's first, falls back to plain
         # pages for the rest of it (on varied data every descriptor column, 20x the bytes).
         writer.write(pa.concat_tables(tables).unify_dictionaries())
+        if writer.row_groups >= ROW_GROUPS_PER_FILE:
+            closed = writer.close()
+            assert closed is not None
+            self._closed.append(closed)
+            del self._parts[version]
 
     def close(self) -> list[WrittenFile]:
         for version in list(self._pending):
             self._flush(version)
-        files = [w.close() for w in self._parts.values()]
+        files = [*self._closed, *(w.close() for w in self._parts.values())]
         assert self.json is not None
         files.append(self.json.close())
         return [f for f in files if f is not None]

@@ -39,7 +39,7 @@ from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import COMPACT, CommitRecord, FileEntry
 from kindex_etl.load.state import LiveFile, WarehouseState
 from kindex_etl.load.warehouse import Warehouse, open_warehouse
-from kindex_etl.load.writers import ROW_GROUP_ROWS, ParquetTableWriter
+from kindex_etl.load.writers import ParquetTableWriter, RowGroupWriter
 
 COMMIT_ATTEMPTS = 8
 
@@ -128,24 +128,17 @@ def _read_parquet(warehouse: Warehouse, f: LiveFile) -> Iterator[pa.RecordBatch]
 
 
 def _write_parquet(warehouse: Warehouse, group: Group, workdir: Path, key: str) -> int:
-    writer = ParquetTableWriter(workdir, key, WRITE_SCHEMAS[group.table])
-    pending: list[pa.RecordBatch] = []
-    pending_rows = 0
+    file = ParquetTableWriter(workdir, key, WRITE_SCHEMAS[group.table])
+    writer = RowGroupWriter(file)
     # One input file at a time, out in row groups of the ingest's size: memory stays at about
     # one input file plus one row group, whatever the target.
     for f in group.files:
         for rb in _read_parquet(warehouse, f):
-            pending.append(rb)
-            pending_rows += rb.num_rows
-            if pending_rows >= ROW_GROUP_ROWS:
-                writer.write(pa.Table.from_batches(pending))
-                pending, pending_rows = [], 0
-    if pending:
-        writer.write(pa.Table.from_batches(pending))
+            writer.write(pa.Table.from_batches([rb]))
     written = writer.close()
     if written is None:  # every input empty: an empty file still stands for them
-        writer.write(WRITE_SCHEMAS[group.table].empty_table())
-        written = writer.close()
+        file.write(WRITE_SCHEMAS[group.table].empty_table())
+        written = file.close()
     assert written is not None
     return written.rows
 

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+import pytest
 
-from kindex_etl.load import layout
+from kindex_etl.load import layout, writers
 from kindex_etl.load.writers import (
     JsonLinesWriter,
     ParquetTableWriter,
+    RowGroupWriter,
     RunsWriter,
     compact_dictionaries,
     take_compact,
@@ -41,6 +44,77 @@ def test_runs_writer_one_file_per_release_rows_and_documents_kept(tmp_path: Path
     assert files[layout.runs_key("b1", "0.8.1", 0)].rows == 2
     docs = read_jsonl_zst(files[layout.documents_key(layout.RUNS, "b1")].path)
     assert docs == [{"a": 0}, {}, {}, {"a": 3}]
+
+
+def test_a_releases_file_rolls_over_to_its_next_part(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Row groups of 2 runs, a new part every 3 row groups: 13 runs of one release make parts
+    # of 6, 6 and 1 runs; the other release's one file is untouched.
+    monkeypatch.setattr(writers, "ROW_GROUP_ROWS", 2)
+    monkeypatch.setattr(writers, "ROW_GROUPS_PER_FILE", 3)
+    writer = RunsWriter(tmp_path, "b1", SCHEMA)
+    for n in range(13):
+        writer.write(_runs(["0.8.0"], n), pa.array(["{}\n"]))
+    writer.write(_runs(["0.7.0"], 100), pa.array(["{}\n"]))
+    files = {f.key: f for f in writer.close()}
+    parts = [layout.runs_key("b1", "0.8.0", n) for n in range(3)]
+    assert set(files) == {
+        *parts,
+        layout.runs_key("b1", "0.7.0", 0),
+        layout.documents_key(layout.RUNS, "b1"),
+    }
+    assert [files[k].rows for k in parts] == [6, 6, 1]
+    assert [pq.ParquetFile(files[k].path).metadata.num_row_groups for k in parts] == [3, 3, 1]
+    # A reader of the release's folder sees every run once, in the order written.
+    folder = tmp_path / "benchmark_runs" / "release=0.8.0"
+    got = duckdb.sql(f"SELECT n FROM read_parquet('{folder}/*.parquet') ORDER BY filename, n")
+    assert [n for (n,) in got.fetchall()] == list(range(13))
+
+
+def test_an_ended_releases_rows_go_out_without_waiting_for_a_full_row_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # History moves through releases: 0.7.0's last 50 rows must not wait in memory for rows
+    # that will not come, while 0.8.0's keep filling their row group.
+    monkeypatch.setattr(writers, "ROW_GROUP_ROWS", 1000)
+    writer = RunsWriter(tmp_path, "b1", SCHEMA)
+    for n in range(5):
+        writer.write(_runs(["0.7.0"] * 10, 10 * n), pa.array(["{}\n"] * 10))
+    for n in range(writers.IDLE_WRITES - 1):
+        writer.write(_runs(["0.8.0"] * 10, 100 + 10 * n), pa.array(["{}\n"] * 10))
+        assert writer.buffered_rows == 50 + 10 * (n + 1)  # 0.7.0 not idle long enough yet
+    writer.write(_runs(["0.8.0"] * 10, 200), pa.array(["{}\n"] * 10))
+    assert writer.buffered_rows == 10 * writers.IDLE_WRITES  # 0.8.0's only
+    files = {f.key: f for f in writer.close()}
+    old = pq.ParquetFile(files[layout.runs_key("b1", "0.7.0", 0)].path)
+    assert old.metadata.num_row_groups == 1
+    assert old.read().column("n").to_pylist() == list(range(50))
+
+
+def test_row_group_writer_gathers_small_writes_into_row_groups(tmp_path: Path) -> None:
+    writer = RowGroupWriter(ParquetTableWriter(tmp_path, "q.parquet", SCHEMA), rows=10)
+    for n in range(25):
+        writer.write(_runs(["0.8.0"] * 3, 3 * n))
+    writer.write(_runs([], 0))  # an empty write adds no row group
+    written = writer.close()
+    assert written is not None and written.rows == 75
+    meta = pq.ParquetFile(written.path).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [12] * 6 + [3]
+    assert pq.read_table(written.path).column("n").to_pylist() == list(range(75))
+
+
+def test_row_group_writer_bounds_what_waits_by_bytes(tmp_path: Path) -> None:
+    one = _runs(["0.8.0"] * 100, 0)
+    writer = RowGroupWriter(
+        ParquetTableWriter(tmp_path, "q.parquet", SCHEMA), rows=10_000, max_bytes=2 * one.nbytes
+    )
+    for _ in range(5):
+        writer.write(one)
+    written = writer.close()
+    assert written is not None
+    meta = pq.ParquetFile(written.path).metadata
+    assert [meta.row_group(i).num_rows for i in range(meta.num_row_groups)] == [200, 200, 100]
 
 
 def test_json_lines_writer_writes_a_sliced_array_exactly(tmp_path: Path) -> None:
