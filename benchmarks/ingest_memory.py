@@ -13,8 +13,9 @@ come from the environment as usual, so `KINDEX_DESCRIPTOR_CAP=32768` or
 `KINDEX_MALLOC_MMAP_THRESHOLD=0` compare variants.
 
 `--trace SECONDS` also prints, every SECONDS, where the resident memory is: RSS, Arrow's pool,
-Python's allocated blocks, glibc's heap and mmapped bytes (`mallinfo2`), the run index's runs and
-the descriptors held (one JSON line per sample, before the summary).
+Python's allocated blocks, glibc's heap and mmapped bytes (`mallinfo2`), the run index's runs,
+the descriptors held, and the runs waiting for their release's next row group, in rows and
+releases: one JSON line per sample, before the summary.
 
 `--memray FILE` (needs `pip install memray`) runs the same ingest under memray's tracker with
 Arrow on the system allocator (`ARROW_DEFAULT_MEMORY_POOL=system`: memray sees malloc, not
@@ -79,7 +80,22 @@ def _remember_ingestors() -> list[Any]:
     return made
 
 
-def _trace(every: float, done: threading.Event, made: list[Any]) -> None:
+def _remember_runs_writers() -> list[Any]:
+    """The RunsWriters made from now on (the rows they hold back, for the trace)."""
+    from kindex_etl.load import writers
+
+    made: list[Any] = []
+    real_post_init = writers.RunsWriter.__post_init__
+
+    def remember(self: Any) -> None:
+        real_post_init(self)
+        made.append(self)
+
+    writers.RunsWriter.__post_init__ = remember  # type: ignore[method-assign]
+    return made
+
+
+def _trace(every: float, done: threading.Event, made: list[Any], runs: list[Any]) -> None:
     import pyarrow as pa
 
     start = time.perf_counter()
@@ -88,6 +104,7 @@ def _trace(every: float, done: threading.Event, made: list[Any]) -> None:
         with open("/proc/self/statm") as fh:
             rss = int(fh.read().split()[1]) * page
         ingestor = made[-1] if made else None
+        writer = runs[-1] if runs else None
         print(json.dumps({
             "t_s": round(time.perf_counter() - start),
             "rss_mib": round(rss / 2**20, 1),
@@ -96,6 +113,8 @@ def _trace(every: float, done: threading.Event, made: list[Any]) -> None:
             **_glibc_mib(),
             "index_runs": len(ingestor.index) if ingestor else 0,
             "descriptors": len(ingestor.normalizer.table.descriptors) if ingestor else 0,
+            "buffered_rows": writer.buffered_rows if writer else 0,
+            "buffered_releases": len(writer._pending) if writer else 0,
         }), flush=True)  # fmt: skip
 
 
@@ -174,8 +193,8 @@ def run_ingest(upstream: str, warehouse: str, trace: float | None = None) -> dic
     shutil.rmtree(warehouse, ignore_errors=True)
     done = threading.Event()
     if trace:
-        made = _remember_ingestors()
-        threading.Thread(target=_trace, args=(trace, done, made), daemon=True).start()
+        made, runs = _remember_ingestors(), _remember_runs_writers()
+        threading.Thread(target=_trace, args=(trace, done, made, runs), daemon=True).start()
     collections_ = _Collections()
     gc.callbacks.append(collections_)
     threads = _ThreadCpu()
