@@ -288,9 +288,9 @@ class RunsWriter:
             return
         assert self.json is not None
         self.json.write_lines(json_lines)
+        self._writes += 1
         # One sort by release, then one take per release: no per-release filter of the batch,
         # and compact copies (a slice would pin the whole batch until its release flushes).
-        self._writes += 1
         versions = runs.column("liger_version").cast(pa.string()).combine_chunks()
         encoded = versions.dictionary_encode()
         codes = encoded.indices.to_numpy(zero_copy_only=False)
