@@ -14,6 +14,9 @@
   descriptor ids (`np.unique` / `np.bincount`).
 * `csv_read_ahead`: reads of 6 MiB blocks Arrow's CSV reader has made one second after its
   first batch, on 300 MB of CSV, without and with `extract.readahead.Gate`.
+* `spill_peak`: MiB allocated at the peak (tracemalloc) while the run index spills a frozen
+  chunk of `FROZEN_RUNS` keys: its Bloom filter built over every key at once (before stop 27)
+  and slice by slice (`dedup._Spilled`).
 * With `--warehouse`: 1M runs of the warehouse written with statistics on every column, on all
   but `external_id` and `name`, and on none; the same runs in 64k-row groups with zstd-1
   (ours), lz4 and snappy (time and size); and 400 MB of its run documents compressed at zstd
@@ -145,6 +148,32 @@ def csv_read_ahead() -> dict[str, int]:
     return result
 
 
+def spill_peak() -> dict[str, float]:
+    import tracemalloc
+
+    from kindex_etl.normalize import dedup
+
+    rng = np.random.default_rng(3)
+    keys = np.sort(rng.integers(0, 1 << 62, dedup.FROZEN_RUNS, dtype=np.uint64))
+    fps = np.zeros(len(keys), dtype=np.uint32)
+
+    def whole() -> None:
+        hashed, bits = dedup._hashed(keys)
+        words = np.zeros(len(keys) * dedup._BLOOM_BITS_PER_RUN // 64, dtype=np.uint64)
+        word = ((hashed >> np.uint64(32)) * np.uint64(len(words))) >> np.uint64(32)
+        np.bitwise_or.at(words, word, bits)
+
+    def peak(fn: Callable[[], object]) -> float:
+        tracemalloc.start()
+        base = tracemalloc.get_traced_memory()[0]
+        fn()
+        top = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return round((top - base) / 2**20, 1)
+
+    return {"whole_mib": peak(whole), "sliced_mib": peak(lambda: dedup._Spilled(keys, fps))}
+
+
 def _million_runs(warehouse: Path) -> Any:
     """The first 1M runs of the warehouse's run files, as written (RUN_WRITE_SCHEMA)."""
     import pyarrow as pa
@@ -247,6 +276,7 @@ def main() -> None:
     print(json.dumps({"line_break": line_break()}), flush=True)
     print(json.dumps({"block_sorts": block_sorts()}), flush=True)
     print(json.dumps({"csv_read_ahead": csv_read_ahead()}), flush=True)
+    print(json.dumps({"spill_peak": spill_peak()}), flush=True)
     if args.warehouse is not None:
         print(json.dumps({"parquet_statistics": parquet_statistics(args.warehouse)}), flush=True)
         print(json.dumps({"parquet_codecs": parquet_codecs(args.warehouse)}), flush=True)

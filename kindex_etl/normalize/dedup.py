@@ -32,6 +32,10 @@ _FP = np.uint32
 # through about 1 % of the keys a chunk does not hold (tests/normalize/test_dedup.py).
 _BLOOM_BITS_PER_RUN = 12
 _PROBES = 6
+# A frozen chunk's filter is built this many keys at a time: over a whole chunk (2M keys), the
+# hashes, bits and splitmix64's temporaries held 64 MiB for a moment, a spike that only
+# ingests past 2M runs paid (6 MiB by slices: benchmarks/micro_ingest.py, `spill_peak`).
+_BLOOM_SLICE = 1 << 16
 _U64 = np.uint64
 
 
@@ -76,9 +80,10 @@ class _Spilled:
 
     def __init__(self, sorted_keys: np.ndarray, sorted_fps: np.ndarray) -> None:
         self._n = n = len(sorted_keys)
-        hashed, bits = _hashed(sorted_keys)
         self._words = np.zeros(max(1, n * _BLOOM_BITS_PER_RUN // 64), dtype=_U64)
-        np.bitwise_or.at(self._words, self._word(hashed), bits)
+        for start in range(0, n, _BLOOM_SLICE):
+            hashed, bits = _hashed(sorted_keys[start : start + _BLOOM_SLICE])
+            np.bitwise_or.at(self._words, self._word(hashed), bits)
         with tempfile.TemporaryFile(prefix="kindex-index-") as fh:
             sorted_keys.astype(_U64, copy=False).tofile(fh)
             sorted_fps.astype(_FP, copy=False).tofile(fh)

@@ -81,6 +81,8 @@ def test_spilled_chunks_leave_no_file_and_their_filter_lets_few_absent_keys_thro
     # Unlinked temporary files: nothing to sweep after a killed process.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(dedup, "FROZEN_RUNS", 50_000)
+    # Each chunk's filter built in a dozen or more slices, as a 2M-run chunk's is.
+    monkeypatch.setattr(dedup, "_BLOOM_SLICE", 4096)
     rng = np.random.default_rng(3)
     # Run keys as the normalizer makes them: series number in the high half, a second below.
     series = rng.integers(0, 5_000, 200_000).astype(np.uint64) << np.uint64(32)
