@@ -65,33 +65,18 @@ def _glibc_mib() -> dict[str, float]:
     }
 
 
-def _remember_ingestors() -> list[Any]:
-    """The Ingestors made from now on (the run index and descriptors the trace reports)."""
-    from kindex_etl.ingestion import batch
-
+def _remember(cls: Any, method: str) -> list[Any]:
+    """Instances of `cls` made from now on, recorded by wrapping its `method` (`__init__`, or a
+    dataclass's `__post_init__`): the Ingestor (run index, descriptors) and the RunsWriter
+    (rows waiting for a row group) the trace reports."""
     made: list[Any] = []
-    real_init = batch.Ingestor.__init__
+    real = getattr(cls, method)
 
     def remember(self: Any, *args: Any, **kwargs: Any) -> None:
-        real_init(self, *args, **kwargs)
+        real(self, *args, **kwargs)
         made.append(self)
 
-    batch.Ingestor.__init__ = remember  # type: ignore[method-assign]
-    return made
-
-
-def _remember_runs_writers() -> list[Any]:
-    """The RunsWriters made from now on (the rows they hold back, for the trace)."""
-    from kindex_etl.load import writers
-
-    made: list[Any] = []
-    real_post_init = writers.RunsWriter.__post_init__
-
-    def remember(self: Any) -> None:
-        real_post_init(self)
-        made.append(self)
-
-    writers.RunsWriter.__post_init__ = remember  # type: ignore[method-assign]
+    setattr(cls, method, remember)
     return made
 
 
@@ -193,7 +178,10 @@ def run_ingest(upstream: str, warehouse: str, trace: float | None = None) -> dic
     shutil.rmtree(warehouse, ignore_errors=True)
     done = threading.Event()
     if trace:
-        made, runs = _remember_ingestors(), _remember_runs_writers()
+        from kindex_etl.ingestion.batch import Ingestor
+        from kindex_etl.load.writers import RunsWriter
+
+        made, runs = _remember(Ingestor, "__init__"), _remember(RunsWriter, "__post_init__")
         threading.Thread(target=_trace, args=(trace, done, made, runs), daemon=True).start()
     collections_ = _Collections()
     gc.callbacks.append(collections_)

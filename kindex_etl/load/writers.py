@@ -148,6 +148,26 @@ ROW_GROUPS_PER_FILE = 32
 
 
 @dataclass
+class _Waiting:
+    """Tables waiting to go out as one row group."""
+
+    tables: list[pa.Table] = field(default_factory=list)
+    rows: int = 0
+    nbytes: int = 0
+
+    def add(self, table: pa.Table) -> None:
+        self.tables.append(table)
+        self.rows += table.num_rows
+        self.nbytes += table.nbytes
+
+    def row_group(self) -> pa.Table:
+        # One dictionary per column for the row group: each batch brings its own, and Parquet's
+        # writer, meeting a dictionary other than the row group's first, falls back to plain
+        # pages for the rest of it (on varied data every descriptor column, 20x the bytes).
+        return pa.concat_tables(self.tables).unify_dictionaries()
+
+
+@dataclass
 class RowGroupWriter:
     """One Parquet file written in row groups of at least `rows` rows or `max_bytes` bytes,
     whatever the size of the tables handed to `write`.
@@ -161,25 +181,21 @@ class RowGroupWriter:
     file: ParquetTableWriter
     rows: int = ROW_GROUP_ROWS
     max_bytes: int | None = None
-    _pending: list[pa.Table] = field(default_factory=list)
-    _pending_rows: int = 0
-    _pending_bytes: int = 0
+    _waiting: _Waiting = field(default_factory=_Waiting)
 
     def write(self, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
-        self._pending.append(table)
-        self._pending_rows += table.num_rows
-        self._pending_bytes += table.nbytes
-        if self._pending_rows >= self.rows or (
-            self.max_bytes is not None and self._pending_bytes >= self.max_bytes
+        self._waiting.add(table)
+        if self._waiting.rows >= self.rows or (
+            self.max_bytes is not None and self._waiting.nbytes >= self.max_bytes
         ):
             self._flush()
 
     def _flush(self) -> None:
-        if self._pending:
-            self.file.write(pa.concat_tables(self._pending).unify_dictionaries())
-        self._pending, self._pending_rows, self._pending_bytes = [], 0, 0
+        if self._waiting.tables:
+            self.file.write(self._waiting.row_group())
+        self._waiting = _Waiting()
 
     def close(self) -> WrittenFile | None:
         self._flush()
@@ -274,8 +290,7 @@ class RunsWriter:
     _parts: dict[str, ParquetTableWriter] = field(default_factory=dict)
     _closed: list[WrittenFile] = field(default_factory=list)
     _next_part: dict[str, int] = field(default_factory=dict)
-    _pending: dict[str, list[pa.Table]] = field(default_factory=dict)
-    _pending_rows: dict[str, int] = field(default_factory=dict)
+    _pending: dict[str, _Waiting] = field(default_factory=dict)
     _writes: int = 0
     _last_write: dict[str, int] = field(default_factory=dict)
     json: JsonLinesWriter | None = None
@@ -304,24 +319,23 @@ class RunsWriter:
         ]:
             self._flush(version)
         while self.buffered_rows > MAX_BUFFERED_ROWS:
-            self._flush(max(self._pending_rows, key=self._pending_rows.__getitem__))
+            self._flush(max(self._pending, key=lambda v: self._pending[v].rows))
 
     @property
     def buffered_rows(self) -> int:
         """Rows waiting in memory for their release's next row group."""
-        return sum(self._pending_rows.values())
+        return sum(w.rows for w in self._pending.values())
 
     def _buffer(self, version: str, table: pa.Table) -> None:
         self._last_write[version] = self._writes
-        self._pending.setdefault(version, []).append(table)
-        self._pending_rows[version] = self._pending_rows.get(version, 0) + table.num_rows
-        if self._pending_rows[version] >= ROW_GROUP_ROWS:
+        waiting = self._pending.setdefault(version, _Waiting())
+        waiting.add(table)
+        if waiting.rows >= ROW_GROUP_ROWS:
             self._flush(version)
 
     def _flush(self, version: str) -> None:
-        tables = self._pending.pop(version, [])
-        self._pending_rows.pop(version, None)
-        if not tables:
+        waiting = self._pending.pop(version, None)
+        if waiting is None:
             return
         writer = self._parts.get(version)
         if writer is None:
@@ -329,10 +343,7 @@ class RunsWriter:
             self._next_part[version] = part + 1
             key = layout.runs_key(self.batch, version, part)
             writer = self._parts[version] = ParquetTableWriter(self.workdir, key, self.schema)
-        # One dictionary per column for the row group: each batch brings its own, and Parquet's
-        # writer, meeting a dictionary other than the row group's first, falls back to plain
-        # pages for the rest of it (on varied data every descriptor column, 20x the bytes).
-        writer.write(pa.concat_tables(tables).unify_dictionaries())
+        writer.write(waiting.row_group())
         if writer.row_groups >= ROW_GROUPS_PER_FILE:
             closed = writer.close()
             assert closed is not None

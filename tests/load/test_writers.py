@@ -207,7 +207,7 @@ def test_a_releases_buffered_rows_keep_only_the_dictionary_entries_they_use(
 
     writer = RunsWriter(tmp_path, "b1", schema)
     writer.write(table, pa.array(["{}\n"] * 1000))
-    pending = writer._pending["0.1.1"][0].column("s").chunk(0)
+    pending = writer._pending["0.1.1"].tables[0].column("s").chunk(0)
     assert len(pending.dictionary) == 1 and pending.to_pylist() == ["descriptor-00999"]
 
 
