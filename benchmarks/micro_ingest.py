@@ -17,6 +17,11 @@
 * `spill_peak`: MiB allocated at the peak (tracemalloc) while the run index spills a frozen
   chunk of `FROZEN_RUNS` keys: its Bloom filter built over every key at once (before stop 27)
   and slice by slice (`dedup._Spilled`).
+* `parquet_writer_memory`: what an open `pyarrow.parquet.ParquetWriter` holds. Its footer:
+  glibc's heap in use (`mallinfo2`) after 1,000 row groups of 21 string columns (why
+  held-back rows are gathered into row groups, `writers.RowGroupWriter`). Its last row group:
+  Arrow's pool after one row group of a column with a 32k-entry dictionary, and after an
+  empty row group ends it.
 * With `--warehouse`: 1M runs of the warehouse written with statistics on every column, on all
   but `external_id` and `name`, and on none; the same runs in 64k-row groups with zstd-1
   (ours), lz4 and snappy (time and size); and 400 MB of its run documents compressed at zstd
@@ -174,6 +179,40 @@ def spill_peak() -> dict[str, float]:
     return {"whole_mib": peak(whole), "sliced_mib": peak(lambda: dedup._Spilled(keys, fps))}
 
 
+def parquet_writer_memory() -> dict[str, float]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from ingest_memory import _glibc_mib  # this folder: the script's own
+
+    from kindex_etl.load.writers import PARQUET_OPTIONS
+
+    result = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        n = 2_500
+        small = pa.table({f"s{i}": [f"v{i}-{k}-" + "z" * 30 for k in range(n)] for i in range(21)})
+        writer = pq.ParquetWriter(Path(tmp, "f.parquet"), small.schema, **PARQUET_OPTIONS)
+        before = _glibc_mib()["glibc_in_use_mib"]
+        for _ in range(1_000):
+            writer.write_table(small, row_group_size=1 << 20)
+        result["footer_1000_row_groups_mib"] = round(_glibc_mib()["glibc_in_use_mib"] - before, 1)
+        writer.close()
+
+        rng = np.random.default_rng(0)
+        words = pa.array([f"value-{i}-" + "y" * 60 for i in range(32_768)])
+        column = pa.DictionaryArray.from_arrays(pa.array(rng.integers(0, 32_768, 65_536)), words)
+        table = pa.table({"d": column})
+        writer = pq.ParquetWriter(Path(tmp, "g.parquet"), table.schema, **PARQUET_OPTIONS)
+        before = pa.total_allocated_bytes()
+        writer.write_table(table, row_group_size=1 << 20)
+        result["last_row_group_mib"] = round((pa.total_allocated_bytes() - before) / 2**20, 1)
+        writer.write_table(table.slice(0, 0), row_group_size=1 << 20)
+        result["after_empty_row_group_mib"] = round(
+            (pa.total_allocated_bytes() - before) / 2**20, 1
+        )
+        writer.close()
+    return result
+
+
 def _million_runs(warehouse: Path) -> Any:
     """The first 1M runs of the warehouse's run files, as written (RUN_WRITE_SCHEMA)."""
     import pyarrow as pa
@@ -277,6 +316,7 @@ def main() -> None:
     print(json.dumps({"block_sorts": block_sorts()}), flush=True)
     print(json.dumps({"csv_read_ahead": csv_read_ahead()}), flush=True)
     print(json.dumps({"spill_peak": spill_peak()}), flush=True)
+    print(json.dumps({"parquet_writer_memory": parquet_writer_memory()}), flush=True)
     if args.warehouse is not None:
         print(json.dumps({"parquet_statistics": parquet_statistics(args.warehouse)}), flush=True)
         print(json.dumps({"parquet_codecs": parquet_codecs(args.warehouse)}), flush=True)
