@@ -145,3 +145,36 @@ def test_mistakes_are_not_retried(upstream: Upstream, tmp_path: Path) -> None:
     assert time.monotonic() - started < 10
     with pytest.raises(ValueError, match="unsafe object key"):
         state.result()
+
+
+def test_a_run_opens_one_api_client_for_its_tasks_and_artifacts(
+    upstream: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each task run and artifact call would open its own client (an SSL context with the CA
+    bundle and a version check, ~30 ms apiece): the run shares one (docs/performance.md)."""
+    from prefect.client.orchestration import SyncPrefectClient
+
+    from flows.ingest import run_ingest_flow
+
+    opened: list[int] = []
+    original = SyncPrefectClient.__init__
+
+    def counting(self: SyncPrefectClient, *args: object, **kwargs: object) -> None:
+        opened.append(1)
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SyncPrefectClient, "__init__", counting)
+    state = run_ingest_flow(
+        upstream=str(upstream.root), warehouse=str(tmp_path / "w"), regressions=False,
+        return_state=True,
+    )  # fmt: skip
+    during_run = len(opened)
+    assert state.is_completed()
+    assert len(state.result()["commits"]) == 1
+    artifacts = flow_run_artifacts(state)
+    assert {"kindex-ingest-progress", "kindex-ingest-objects", "kindex-ingest-summary"} <= set(
+        artifacts
+    )
+    # The run's one, and the one Prefect's flow engine opens to look up its result storage
+    # (9 in all when each of the 4 tasks and 4 artifact calls opened its own).
+    assert during_run <= 2
