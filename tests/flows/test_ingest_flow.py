@@ -147,7 +147,7 @@ def test_mistakes_are_not_retried(upstream: Upstream, tmp_path: Path) -> None:
         state.result()
 
 
-def test_a_run_opens_one_api_client_for_its_tasks_and_artifacts(
+def test_a_run_shares_one_api_client_among_its_tasks_and_artifacts(
     upstream: Upstream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each task run and artifact call would open its own client (an SSL context with the CA
