@@ -154,10 +154,9 @@ def compare(warehouse: Path) -> Comparison | None:
     Chosen from the data, not a list: the kernel the catalog knows that was compared with a
     baseline in the most releases, its most-compared GPU, and that baseline.
     """
-    import pandas as pd
+    from deltalake import DeltaTable
 
-    runs = pd.read_parquet(
-        warehouse / "benchmark_runs",
+    runs = DeltaTable(str(warehouse / "benchmark_runs")).to_pandas(
         columns=["kernel", "provider", "gpu_name", "metric", "operation_mode", "known_kernel",
                  "liger_version", "release_key", "x_name", "x_value_number", "workload_digest",
                  "latency_ns_median"],
@@ -206,17 +205,25 @@ def compare(warehouse: Path) -> Comparison | None:
 
 
 def query_to_copy(warehouse: Path, c: Comparison) -> str:
-    """The same comparison in DuckDB SQL, for the reader to paste (no kindex-etl needed)."""
+    """The same comparison in DuckDB over the Delta table, for the reader to paste into Python
+    (needs duckdb and deltalake, not kindex-etl)."""
     # Printed for a person, never executed here; the values come from our own warehouse.
-    return f"""\
+    sql = f"""\
 SELECT x_value_number AS {c.x_name},
        round(median(latency_ns_median) FILTER (provider = 'liger') / 1e3, 1) AS liger_us,
        round(median(latency_ns_median) FILTER (provider = '{c.baseline}') / 1e3, 1)
            AS {c.baseline}_us
-FROM read_parquet('{warehouse}/benchmark_runs/**/*.parquet')
+FROM runs
 WHERE metric = 'speed' AND operation_mode = 'full' AND kernel = '{c.kernel}'
   AND gpu_name = '{c.gpu}' AND liger_version = '{c.version}'
-GROUP BY ALL ORDER BY 1;"""  # noqa: S608
+GROUP BY ALL ORDER BY 1"""  # noqa: S608
+    return f"""\
+import duckdb
+from deltalake import DeltaTable
+
+runs = DeltaTable("{warehouse}/benchmark_runs").to_pyarrow_dataset()
+print(duckdb.sql(\"\"\"
+{sql}\"\"\").fetchall())"""
 
 
 def run_demo(workdir: str, *, offline: bool = False) -> int:
@@ -235,7 +242,9 @@ def run_demo(workdir: str, *, offline: bool = False) -> int:
         f"objects, {summary['quarantined_rows']} quarantined)"
     )
     for table in ("benchmark_runs", "benchmark_protocols", "execution_environments", "documents"):
-        files = sorted(p for p in (warehouse / table).rglob("*") if p.is_file())
+        files = sorted(
+            p for p in (warehouse / table).rglob("*") if p.is_file() and "_delta_log" not in p.parts
+        )
         print(f"  {table}/: {len(files)} file(s)")
     from kindex_etl.analysis.run import demo_report
 
@@ -249,5 +258,6 @@ def run_demo(workdir: str, *, offline: bool = False) -> int:
         f"{c.gpu}, liger {c.version} (its newest release with both):"
     )
     print(c.table.to_string(index=False))
-    print(f"\nthe same with DuckDB (copy it):\n{query_to_copy(warehouse, c)}")
+    print(f"\nthe same with DuckDB over the Delta table (copy it into Python):\n"
+          f"{query_to_copy(warehouse, c)}")  # fmt: skip
     return 0

@@ -1,8 +1,8 @@
 """docs/reading.md stays true: every Python block in it runs, in order, against a local warehouse
 and the same warehouse on S3 (moto's server on 127.0.0.1), and what each query returns is
 checked against the warehouse's files. Twice: at rest, and right after an ingest was killed in
-the middle of a publish, where the doc promises that snapshot readers still see the previous
-state whole while layout readers may see part of the newest batch."""
+the middle of a publish, where the doc promises that Delta readers still see the previous state
+whole while a glob over the folder would see part of the newest batch."""
 
 from __future__ import annotations
 
@@ -89,8 +89,10 @@ def _ids(table: Any) -> list[str]:
 def test_doc_has_blocks() -> None:
     blocks = _blocks()
     assert len(blocks) >= 8
-    for name in ("pafs.S3FileSystem", "duckdb", "pd.read_parquet", "snapshot.json"):
+    for name in ("DeltaTable(", "duckdb", "pl.scan_delta", "to_pandas", "document_files"):
         assert any(name in b for b in blocks), name
+    # No block reads a table folder with a bare glob: that is what the doc warns against.
+    assert not any("read_parquet(" in b or "ds.dataset(" in b for b in blocks)
 
 
 @pytest.mark.slow
@@ -99,7 +101,7 @@ def test_every_query_in_the_doc(warehouses: tuple[str, str, str]) -> None:
     bucket, prefix = remote.removeprefix("s3://").split("/", 1)
     ns = _run_doc(local, bucket, prefix)
 
-    # What is in the table folders (the layout) and what the snapshot lists, read as files.
+    # What is in the table folders (the layout) and what the published state lists.
     in_folders = data_objects(local)
     in_snapshot = {k: in_folders[k] for k in snapshot_keys(local)}
     assert sorted(map(without_batch, snapshot_keys(local))) == sorted(
@@ -109,50 +111,49 @@ def test_every_query_in_the_doc(warehouses: tuple[str, str, str]) -> None:
     snap_runs = tables(in_snapshot)[layout.RUNS]
     layout_ids, snap_ids = _ids(layout_runs), _ids(snap_runs)
     assert len(set(layout_ids)) == len(layout_ids)
-
     if scenario == "at-rest":
         assert layout_ids == snap_ids
     else:
-        # The publish window: layout readers see part of the crashed batch, snapshot readers
+        # The publish window: a glob would see part of the crashed batch; Delta readers see
         # the previous state (the first ingest) whole.
         assert set(snap_ids) < set(layout_ids)
-        first = tables({k: v for k, v in in_folders.items() if k in in_snapshot})
-        assert snap_ids == _ids(first[layout.RUNS])
 
-    # pyarrow, through the layout and through the snapshot, local and S3.
-    assert _ids(ns["runs"]) == _ids(ns["runs_s3"]) == layout_ids
-    assert _ids(ns["snap_runs"]) == _ids(ns["snap_runs_s3"]) == snap_ids
-    assert ns["snap"]["seq"] == ns["snap_s3"]["seq"] == (2 if scenario == "at-rest" else 1)
+    # Every Delta reader, local and S3, returns exactly the published runs.
+    delta_reads = {
+        "pyarrow": ns["runs"].column("external_id").to_pylist(),
+        "pyarrow-s3": ns["runs_s3"].column("external_id").to_pylist(),
+        "polars": ns["runs_pl"]["external_id"].to_list(),
+        "polars-s3": ns["runs_pl_s3"]["external_id"].to_list(),
+        "pandas": list(ns["df"]["external_id"]),
+    }
+    for name, ids in delta_reads.items():
+        assert sorted(ids) == snap_ids, name
+    assert ns["runs_seq"] == (2 if scenario == "at-rest" else 1)
     assert set(ns["runs_080"].column("liger_version").to_pylist()) == {"0.8.0"}
-    versions = layout_runs.column("liger_version").to_pylist()
+    versions = snap_runs.column("liger_version").to_pylist()
     assert ns["runs_080"].num_rows == versions.count("0.8.0")
+    assert set(ns["df"]["release"].astype(str)) == set(ns["df"]["liger_version"])
+    assert sorted(ns["df_s3"]["external_id"]) == snap_ids  # all speed runs here
 
-    # Documents: through the snapshot they match the snapshot's runs, one for one.
+    # Documents: through document_files they match the published runs, one for one.
     def doc_ids(docs: list[dict[str, Any]]) -> list[str]:
         return sorted(d["spec"]["sourceNative"]["externalId"] for d in docs)
 
     assert doc_ids(ns["run_docs"]) == doc_ids(ns["run_docs_s3"]) == snap_ids
-    layout_docs = documents(in_folders)["documents/benchmark_runs"]
-    assert doc_ids(ns["all_run_docs_s3"]) == doc_ids(layout_docs)
+    snap_docs = documents(in_snapshot)["documents/benchmark_runs"]
 
     # DuckDB.
     assert ns["runs_per_gpu"] == ns["runs_per_gpu_s3"]
-    metrics = layout_runs.column("metric").to_pylist()
-    assert sum(row[2] for row in ns["runs_per_gpu"]) == metrics.count("speed") == len(layout_ids)
-    assert [row[0] for row in ns["runs_joined"]] == layout_ids
+    metrics = snap_runs.column("metric").to_pylist()
+    assert sum(row[2] for row in ns["runs_per_gpu"]) == metrics.count("speed") == len(snap_ids)
+    assert [row[0] for row in ns["runs_joined"]] == snap_ids
     assert all(row[2] == "NVIDIA H100" and row[3] == "sm_90" for row in ns["runs_joined"])
     assert ns["doc_medians"] == sorted(
         (d["spec"]["sourceNative"]["externalId"], d["spec"]["timing"]["latencyNs"]["median"])
-        for d in layout_docs
+        for d in snap_docs
     )
-    assert ns["snap_count"] == ns["snap_count_s3"] == len(snap_ids)
 
-    # pandas.
-    assert sorted(ns["df"]["external_id"]) == sorted(ns["df_s3"]["external_id"]) == layout_ids
-    assert sorted(ns["snap_df_s3"]["external_id"]) == snap_ids
-    assert set(ns["df"]["release"].astype(str)) == set(ns["df"]["liger_version"])
-
-    # Held-back rows: the unknown GPU's row, once its batch is in the snapshot.
+    # Held-back rows: the unknown GPU's row, once its batch is published.
     held = ns["held_back_s3"]
     if scenario == "at-rest":
         assert held is not None and held.num_rows == 1

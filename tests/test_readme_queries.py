@@ -7,9 +7,11 @@ import re
 
 import duckdb
 import pytest
+from deltalake import DeltaTable
 
 from kindex_etl import ingest
 from kindex_etl.demo import lay_out_upstream
+from kindex_etl.maintenance import compact
 from tests.helpers import REPO
 
 README = (REPO / "README.md").read_text()
@@ -31,31 +33,42 @@ def warehouse_cwd(tmp_path_factory):
 
 
 def test_readme_has_the_queries():
-    assert len(blocks("sql")) == 1 and len(blocks("python")) == 1
+    assert not blocks("sql") and len(blocks("python")) == 2
+    assert not any("read_parquet(" in b for b in blocks("python"))  # no bare glob
 
 
-def test_duckdb_queries(warehouse_cwd):
-    statements = [s.strip() for s in blocks("sql")[0].split(";") if s.strip()]
-    assert len(statements) == 2
-    con = duckdb.connect()
-    compare = con.execute(statements[0]).fetchall()
+def _run(block: str) -> list[object]:
+    printed: list[object] = []
+    exec(block, {"print": printed.append})
+    return printed
+
+
+def test_duckdb_query_stays_exact_through_compaction(warehouse_cwd):
+    [compare] = _run(blocks("python")[0])
     assert compare and all(r[3] is not None and r[4] is not None for r in compare)
     assert all(liger < torch for *_, liger, torch in compare)  # the generated sample says so
-    docs = con.execute(statements[1]).fetchall()
-    assert len(docs) == 5 and all(
-        r[0].startswith(("megatron_rms_norm/", "rms_norm/")) for r in docs
+    # A second ingest of the same rows under another object, then the daily compaction: the
+    # files are rewritten, the query's answer is not.
+    (warehouse_cwd / "upstream" / "again").mkdir(exist_ok=True)
+    cumulative = next((warehouse_cwd / "upstream").rglob("all_benchmark_data.csv"))
+    (warehouse_cwd / "upstream" / "again" / "all_benchmark_data.csv").write_bytes(
+        cumulative.read_bytes()
     )
+    ingest(str(warehouse_cwd / "upstream"), str(warehouse_cwd / "warehouse"))
+    assert compact(str(warehouse_cwd / "warehouse")).commit is not None
+    assert _run(blocks("python")[0]) == [compare]
 
 
 def test_pandas_snippet(warehouse_cwd):
     """The snippet prints per kernel and provider the median speed in microseconds: the same
     numbers DuckDB computes from the same files."""
     printed = []
-    exec(blocks("python")[0], {"print": printed.append})
+    exec(blocks("python")[1], {"print": printed.append})
     [frame] = printed
+    delta_runs = DeltaTable("warehouse/benchmark_runs").to_pyarrow_dataset()  # noqa: F841
     expected = duckdb.sql(
         "SELECT kernel, provider, median(value_median) / 1e3 AS us "
-        "FROM read_parquet('warehouse/benchmark_runs/**/*.parquet') "
+        "FROM delta_runs "
         "WHERE metric = 'speed' AND gpu_name = 'NVIDIA H100 80GB HBM3' GROUP BY ALL"
     ).fetchall()
     assert len(expected) >= 4, expected

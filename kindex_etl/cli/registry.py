@@ -29,6 +29,7 @@ SUBCOMMANDS = (
     "kindex_etl.cli.commands:REGRESSIONS",
     "kindex_etl.cli.maintenance:COMPACT",
     "kindex_etl.cli.maintenance:VACUUM",
+    "kindex_etl.cli.migrate:MIGRATE",
     "kindex_etl.cli.commands:SCHEMA",
     "kindex_etl.cli.commands:SERVER",
     "kindex_etl.cli.commands:DEMO",

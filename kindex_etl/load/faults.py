@@ -19,6 +19,7 @@ POINTS = (
     "after_commit",
     "mid_publish",
     "after_publish",
+    "mid_delta",
     "after_checkpoint",
     "compact_after_stage",
     "compact_after_commit",

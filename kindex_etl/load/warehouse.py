@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from kindex_etl.load import layout
+from kindex_etl.load import delta, layout
 from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import CommitRecord, FileEntry, Writer
 from kindex_etl.load.state import WarehouseState
@@ -260,6 +260,7 @@ class Warehouse:
             if current is not None:
                 snap = json.loads(self.store.get_bytes(layout.SNAPSHOT))
                 if snap.get("seq", 0) >= self.head:
+                    self.publish_delta()
                     return
             if not rolled:
                 staged = self._staged_batches()
@@ -278,8 +279,29 @@ class Warehouse:
                     self.store.put_bytes(layout.SNAPSHOT, payload, if_match=current.etag)
             except PreconditionFailed:
                 continue
+            self.publish_delta()
             self.maybe_checkpoint()
             return
+
+    def publish_delta(self) -> None:
+        """Publish the log's head to the tables' Delta logs (`load.delta`): what readers read.
+
+        Called once the head's files are all at their final keys; a no-op when the Delta
+        tables are current. A crash part way leaves some tables at the head and the rest one
+        state behind, every one readable; the next call (any command's recover) completes it.
+        """
+        published = delta.published_seq(self.store)
+        state = self.state
+        if published >= self.head or state.seq != self.head:
+            return
+        objects = {
+            o.key: o.etag
+            for r in self.records
+            if (r.seq or 0) > published
+            for o in r.objects
+            if o.status == "ingested"
+        }
+        delta.publish(self.store, state, objects=objects, between=_delta_fault_point)
 
     def _committed(self, batches: Iterable[str]) -> dict[str, CommitRecord]:
         """Those of `batches` that are committed, each as a record to publish.
@@ -453,6 +475,11 @@ class Warehouse:
                 removed += 1
         self.update_snapshot()
         return {"rolled_forward": rolled, "orphans_removed": removed}
+
+
+def _delta_fault_point(table: str) -> None:
+    if table == layout.PROTOCOLS:
+        fault_point("mid_delta")
 
 
 def _writer_id() -> Writer:

@@ -1,4 +1,5 @@
-"""Vacuum: delete the objects of files retired longer ago than the retention, then say so.
+"""Vacuum: delete the objects of files retired longer ago than the retention, then say so;
+then Delta's own log upkeep (a checkpoint per table, expired log entries dropped).
 
 Order matters for crashes: the objects are deleted first and the `vacuum` record that forgets
 them is committed after. A crash in between leaves files that the state still lists as
@@ -15,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from kindex_etl.config import settings
 from kindex_etl.errors import PreconditionFailed, StorageError
-from kindex_etl.load import layout
+from kindex_etl.load import delta, layout
 from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import VACUUM, CommitRecord
 from kindex_etl.load.state import RetiredFile
@@ -29,9 +30,16 @@ class VacuumResult:
     commit: int | None = None  # None: nothing old enough
     deleted: list[str] = field(default_factory=list)
     kept: int = 0  # retired files still inside the retention period
+    # Each Delta table checkpointed at this version, its expired log entries dropped.
+    delta_logs: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
-        return {"commit": self.commit, "deleted": len(self.deleted), "kept": self.kept}
+        return {
+            "commit": self.commit,
+            "deleted": len(self.deleted),
+            "kept": self.kept,
+            "delta_tables": len(self.delta_logs),
+        }
 
 
 def _parse(at: str) -> datetime:
@@ -54,6 +62,7 @@ def vacuum(warehouse_url: str, *, retention: timedelta | None = None) -> VacuumR
         keys = expired(retired, keep_for, datetime.now(UTC))
         result = VacuumResult(kept=len(retired) - len(keys))
         if not keys:
+            result.delta_logs = delta.maintain_logs(warehouse.store)
             return result
         for i, key in enumerate(keys):
             warehouse.store.delete(key)
@@ -67,6 +76,7 @@ def vacuum(warehouse_url: str, *, retention: timedelta | None = None) -> VacuumR
             continue
         warehouse.update_snapshot()
         result.commit, result.deleted = seq, keys
+        result.delta_logs = delta.maintain_logs(warehouse.store)
         return result
     raise StorageError(
         f"gave up vacuuming after {COMMIT_ATTEMPTS} commit conflicts on {warehouse.store.url}"

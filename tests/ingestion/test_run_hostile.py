@@ -98,7 +98,7 @@ def test_hostile_row_is_held_back_and_the_rest_lands(tmp_path, case):
     # Nothing wrapped around: every stored value is a non-negative int64.
     for column in ("value_median", "value_p20", "value_p80"):
         assert all(v is None or v >= 0 for v in runs.column(column).to_pylist())
-    assert sorted(os.listdir(tmp_path / "wh" / "benchmark_runs")) == ["release=0.8.0"]
+    assert sorted(os.listdir(tmp_path / "wh" / "benchmark_runs")) == ["_delta_log", "release=0.8.0"]
 
 
 def test_huge_values_in_range_are_exact(tmp_path):

@@ -1,0 +1,344 @@
+"""Every table published as a Delta Lake table: what readers read.
+
+The kindex log (`_kindex/log/`) stays the writers' commit: one record covers every table of a
+batch at once and names the upstream object versions it consumed, which no single Delta commit
+can. Readers, though, get no protocol of ours: after each commit the tables' live files (the
+log folded, `WarehouseState.tables`) are published to each table's `_delta_log` as add and
+remove actions, by delta-rs, over the same Parquet files (no data is rewritten). Any engine
+with a Delta reader (DuckDB `delta_scan`, Polars `scan_delta`, pandas and pyarrow through
+`deltalake`, Spark, Trino) then sees exactly the committed rows, before, during and after a
+compaction or a vacuum, where a Parquet glob counts compacted rows twice until the vacuum.
+
+Order gives readers referential integrity: dimension tables first, the runs after them, the
+analysis's tables last; so a reader who reads the runs first never meets a digest that the
+dimension tables it reads next lack. Each Delta commit carries the kindex log sequence number
+it publishes as the `txn` of application `kindex-log`: a publisher that finds a table at that
+number or past it leaves it alone, so two writers publishing at once, or a crash half way
+through and the next run's publish, converge without double entries. The runs table's commit
+also names each upstream object version it brought (`kindex-object:<sha256 of key and ETag>`),
+a ledger that any Delta reader can query with `DeltaTable.transaction_version`.
+
+The quarantine's Delta table holds the rows held back *now*: files whose rows a replay
+settled are removed from it (the kindex log keeps the history).
+
+JSON documents are not Parquet, so they cannot be a Delta table themselves: the table
+`document_files` lists the live document files (table, path, rows), published last. A reader
+of documents reads that list and then only those files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import CommitProperties, DeltaTable, Schema, Transaction
+from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+
+from kindex_etl.load import layout
+from kindex_etl.load.state import LiveFile, WarehouseState
+from kindex_etl.storage import LocalStore, ObjectStore, StorageError
+
+LOG_APP = "kindex-log"
+OBJECT_APP = "kindex-object:"
+DOCUMENT_FILES = "document_files"
+# Marker of the newest log sequence number every table was published at: a cheap "nothing to
+# do" for the (frequent) calls that find the Delta tables current.
+PUBLISHED = layout.CONTROL + "delta.json"
+# Dimension tables first, runs after them, the analysis's tables (which name runs) last.
+PUBLISH_ORDER = (
+    layout.PROTOCOLS,
+    layout.ENVIRONMENTS,
+    layout.WORKLOADS,
+    layout.IMPLEMENTATIONS,
+    layout.QUARANTINE,
+    layout.RUNS,
+    layout.REGRESSIONS,
+)
+PARTITION_COLUMN = "release"
+DOCUMENT_FILES_SCHEMA = pa.schema(
+    [("table", pa.string()), ("path", pa.string()), ("rows", pa.int64())]
+)
+COMMIT_ATTEMPTS = 10
+
+
+def object_app_id(key: str, etag: str) -> str:
+    """The Delta `txn` application id of one upstream object version (no path in it: keys
+    are upstream's data, and app ids are printed by every Delta tool)."""
+    return OBJECT_APP + hashlib.sha256(f"{key}\n{etag}".encode()).hexdigest()[:32]
+
+
+def table_uri(store: ObjectStore, table: str) -> str:
+    if isinstance(store, LocalStore):
+        return str(store.root / table)
+    return f"{store.url.rstrip('/')}/{table}"
+
+
+def storage_options(store: ObjectStore) -> dict[str, str] | None:
+    """delta-rs's options for the store: credentials come from the standard AWS chain (the
+    environment, read by delta-rs itself), never from here; only what it cannot infer."""
+    if isinstance(store, LocalStore):
+        return None
+    options: dict[str, str] = {}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint and endpoint.startswith("http://"):
+        options["AWS_ALLOW_HTTP"] = "true"
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:
+        options["AWS_REGION"] = region
+    return options
+
+
+def open_table(store: ObjectStore, table: str) -> DeltaTable | None:
+    """A table as readers see it, or None before its first publish."""
+    try:
+        return DeltaTable(table_uri(store, table), storage_options=storage_options(store))
+    except TableNotFoundError:
+        return None
+
+
+def _schema_of(table: str, store: ObjectStore, files: Iterable[LiveFile]) -> pa.Schema:
+    """The Delta schema: the contract's where there is one, else the newest file's footer.
+
+    Partition columns are part of a Delta schema but not of the files (the path holds them).
+    """
+    from kindex_etl.analysis.schema import REGRESSIONS_SCHEMA
+    from kindex_etl.contracts import tables
+
+    known = {
+        DOCUMENT_FILES: DOCUMENT_FILES_SCHEMA,
+        layout.RUNS: tables.RUN_SCHEMA,
+        layout.PROTOCOLS: tables.PROTOCOL_SCHEMA,
+        layout.ENVIRONMENTS: tables.ENVIRONMENT_SCHEMA,
+        layout.WORKLOADS: tables.WORKLOAD_SCHEMA,
+        layout.IMPLEMENTATIONS: tables.IMPLEMENTATION_SCHEMA,
+        layout.QUARANTINE: tables.QUARANTINE_SCHEMA,
+        layout.REGRESSIONS: REGRESSIONS_SCHEMA,
+    }
+    schema = known.get(table)
+    if schema is None:
+        if not files:
+            raise StorageError(f"no schema for table {table}: not in the contract, no file yet")
+        newest = list(files)[-1]
+        with store.open_read(newest.key) as fh:
+            schema = pq.read_schema(pa.py_buffer(fh.read()))
+    schema = pa.schema([pa.field(f.name, _delta_type(f.type)) for f in schema])
+    if table == layout.RUNS:
+        schema = schema.append(pa.field(PARTITION_COLUMN, pa.string()))
+    return schema
+
+
+def _delta_type(type_: pa.DataType) -> pa.DataType:
+    # Delta has one timestamp type (microseconds, UTC); the files' milliseconds read back as it.
+    if pa.types.is_timestamp(type_):
+        return pa.timestamp("us", tz="UTC")
+    if pa.types.is_dictionary(type_):
+        return type_.value_type
+    return type_
+
+
+def _partition(table: str, key: str) -> dict[str, str | None]:
+    if table != layout.RUNS:
+        return {}
+    folder = layout.partition_of(key)
+    name, _, value = folder.partition("=")
+    if name != PARTITION_COLUMN:
+        raise StorageError(f"runs file outside a release partition: {key}")
+    return {PARTITION_COLUMN: value}
+
+
+def _add(store: ObjectStore, table: str, f: LiveFile) -> AddAction:
+    info = store.head(f.key)
+    if info is None:
+        raise StorageError(f"committed file {f.key} is not at its final key: cannot publish it")
+    return AddAction(
+        path=f.key[len(table) + 1 :],
+        size=info.size,
+        partition_values=_partition(table, f.key),
+        modification_time=int(info.last_modified.timestamp() * 1000),
+        data_change=True,
+        stats=json.dumps({"numRecords": f.rows}),
+    )
+
+
+def _remove(table: str, path: str, now_ms: int) -> RemoveAction:
+    return RemoveAction(
+        path=path,
+        data_change=True,
+        deletion_timestamp=now_ms,
+        partition_values=_partition(table, f"{table}/{path}"),
+    )
+
+
+@dataclass
+class PublishResult:
+    seq: int
+    tables: dict[str, tuple[int, int]] = field(default_factory=dict)  # added, removed
+
+
+def published_seq(store: ObjectStore) -> int:
+    from kindex_etl.storage import NotFound
+
+    try:
+        return int(json.loads(store.get_bytes(PUBLISHED))["seq"])
+    except (NotFound, KeyError, ValueError):
+        return 0
+
+
+def publish(
+    store: ObjectStore,
+    state: WarehouseState,
+    *,
+    objects: Mapping[str, str] | None = None,
+    between: Callable[[str], None] | None = None,
+) -> PublishResult | None:
+    """Bring every table's Delta log to `state` (the log folded at `state.seq`).
+
+    `objects` (key -> ETag): the upstream object versions the newest commit brought, recorded
+    in the runs table's commit. `between(table)` runs after each table (crash tests). Returns
+    None when the tables were already at `state.seq` or past it.
+    """
+    seq = state.seq
+    if seq <= 0 or published_seq(store) >= seq:
+        return None
+    result = PublishResult(seq)
+    for table in (*PUBLISH_ORDER, *sorted(set(state.tables) - set(PUBLISH_ORDER))):
+        if table.startswith("documents/"):
+            continue
+        files = state.tables.get(table, {})
+        if table == layout.QUARANTINE:
+            # Readers get what is held back now: a file whose rows a replay settled is out
+            # (its rows are runs, or held back again in the replay's own file).
+            files = {k: f for k, f in files.items() if k not in state.replayed}
+        if not files and table not in PUBLISH_ORDER:
+            continue  # a table of newer code, emptied: its schema is only in its files
+        txns = [Transaction(LOG_APP, seq)]
+        if table == layout.RUNS and objects:
+            txns += [Transaction(object_app_id(k, e), 1) for k, e in sorted(objects.items())]
+        counts = _publish_table(store, table, files, txns)
+        if counts is not None:
+            result.tables[table] = counts
+        if between is not None:
+            between(table)
+    documents = [
+        {"table": t.removeprefix("documents/"), "path": f.key, "rows": f.rows}
+        for t, files in sorted(state.tables.items())
+        if t.startswith("documents/")
+        for f in files.values()
+    ]
+    _publish_documents(store, documents, seq)
+    store.put_bytes(PUBLISHED, json.dumps({"seq": seq}).encode())
+    return result
+
+
+def _publish_table(
+    store: ObjectStore, table: str, files: Mapping[str, LiveFile], txns: list[Transaction]
+) -> tuple[int, int] | None:
+    seq = txns[0].version
+    uri, options = table_uri(store, table), storage_options(store)
+    for _attempt in range(COMMIT_ATTEMPTS):
+        dt = open_table(store, table)
+        if dt is None:
+            # Created even when empty: a reader finds every table of the contract from the
+            # first commit on (an empty one reads as no rows, not as an error).
+            adds = [_add(store, table, f) for f in files.values()]
+            try:
+                create_table_with_add_actions(
+                    uri,
+                    _delta_schema(_schema_of(table, store, files.values())),
+                    adds,
+                    mode="error",
+                    partition_by=[PARTITION_COLUMN] if table == layout.RUNS else None,
+                    name=table.replace("/", "_"),
+                    storage_options=options,
+                    commit_properties=CommitProperties(app_transactions=txns),
+                )
+            except (DeltaError, CommitFailedError):
+                continue  # another publisher created it first: diff against theirs
+            return len(adds), 0
+        if (dt.transaction_version(LOG_APP) or 0) >= seq:
+            return None
+        try:
+            _evolve(dt, _schema_of(table, store, files.values()) if files else None)
+        except (CommitFailedError, DeltaError):
+            continue  # another publisher added the same columns first
+        current = set(dt.get_add_actions(flatten=True).column("path").to_pylist())
+        live = {f.key[len(table) + 1 :]: f for f in files.values()}
+        now_ms = int(time.time() * 1000)
+        actions: list[AddAction | RemoveAction] = [
+            _add(store, table, f) for path, f in live.items() if path not in current
+        ]
+        added = len(actions)
+        actions += [_remove(table, p, now_ms) for p in sorted(current - set(live))]
+        try:
+            dt.create_write_transaction(
+                actions,
+                mode="append",
+                schema=dt.schema(),
+                partition_by=dt.metadata().partition_columns or None,
+                # No rebase onto a newer table version: the diff above was taken against this
+                # one, and a publisher of a newer log state may have moved the table since
+                # (retired files this diff would add back). Lose, re-read, diff again.
+                commit_properties=CommitProperties(app_transactions=txns, max_commit_retries=0),
+            )
+        except (CommitFailedError, DeltaError):
+            continue  # another publisher moved the table: re-read it and diff again
+        return added, len(actions) - added
+    raise StorageError(f"gave up publishing {table} after {COMMIT_ATTEMPTS} Delta conflicts")
+
+
+def _delta_schema(schema: pa.Schema) -> Schema:
+    return Schema.from_arrow(schema)
+
+
+def _evolve(dt: DeltaTable, schema: pa.Schema | None) -> None:
+    """Columns new to the contract are added to the Delta schema (as nullable: older files
+    read them as null); nothing is ever dropped or retyped."""
+    if schema is None:
+        return
+    from deltalake import Field
+
+    have = {f.name for f in dt.schema().fields}
+    missing = [f for f in schema if f.name not in have]
+    if missing:
+        new = Schema.from_arrow(pa.schema(missing))
+        dt.alter.add_columns([Field(f.name, f.type, nullable=True) for f in new.fields])
+
+
+def _publish_documents(store: ObjectStore, documents: list[dict[str, object]], seq: int) -> None:
+    """The listing as one small file per log state (`part-<seq>.parquet`: the same name from
+    any publisher, so a retried publish rewrites identical content), replacing the last."""
+    key = f"{DOCUMENT_FILES}/part-{seq:012d}.parquet"
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(documents, schema=DOCUMENT_FILES_SCHEMA), sink)
+    store.put_bytes(key, sink.getvalue().to_pybytes())
+    listing = {key: LiveFile(key, len(documents), "")}
+    _publish_table(store, DOCUMENT_FILES, listing, [Transaction(LOG_APP, seq)])
+
+
+def maintain_logs(store: ObjectStore) -> dict[str, int]:
+    """Delta's own log upkeep, daily: a checkpoint per table and expired log entries dropped.
+
+    Never delta-rs's `vacuum`: a file published to its final key but not yet in a Delta log
+    (a writer between its kindex commit and its Delta publish) would look like an orphan to
+    it; the kindex vacuum deletes retired files by the log instead.
+    """
+    done: dict[str, int] = {}
+    for table in (*PUBLISH_ORDER, DOCUMENT_FILES):
+        dt = open_table(store, table)
+        if dt is None:
+            continue
+        dt.create_checkpoint()
+        dt.cleanup_metadata()
+        if table == DOCUMENT_FILES:
+            # Replaced whole at every publish and written by nothing else: its superseded
+            # files are exactly what Delta's vacuum removes (after its default retention).
+            dt.vacuum(dry_run=False)
+        done[table] = dt.version()
+    return done
