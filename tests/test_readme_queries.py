@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 
@@ -47,13 +48,19 @@ def test_duckdb_query_stays_exact_through_compaction(warehouse_cwd):
     [compare] = _run(blocks("python")[0])
     assert compare and all(r[3] is not None and r[4] is not None for r in compare)
     assert all(liger < torch for *_, liger, torch in compare)  # the generated sample says so
-    # A second ingest of the same rows under another object, then the daily compaction: the
-    # files are rewritten, the query's answer is not.
-    (warehouse_cwd / "upstream" / "again").mkdir(exist_ok=True)
+    # The same measurements again a year earlier (new runs, same values: same medians) in
+    # another object, then the daily compaction: files are rewritten, the answer is not.
     cumulative = next((warehouse_cwd / "upstream").rglob("all_benchmark_data.csv"))
-    (warehouse_cwd / "upstream" / "again" / "all_benchmark_data.csv").write_bytes(
-        cumulative.read_bytes()
-    )
+    with cumulative.open(newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    for r in rows:
+        r["timestamp"] = r["timestamp"].replace("2026-", "2025-", 1)
+    again = warehouse_cwd / "upstream" / "again" / "all_benchmark_data.csv"
+    again.parent.mkdir(exist_ok=True)
+    with again.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
     ingest(str(warehouse_cwd / "upstream"), str(warehouse_cwd / "warehouse"))
     assert compact(str(warehouse_cwd / "warehouse")).commit is not None
     assert _run(blocks("python")[0]) == [compare]

@@ -135,27 +135,36 @@ def test_each_upstream_object_version_is_in_the_runs_commits(where):
     assert runs.transaction_version(delta.object_app_id(objects[0]["key"], "other-etag")) is None
 
 
-def test_a_crash_between_tables_leaves_them_readable_and_the_next_run_completes(tmp_path):
+@pytest.mark.parametrize(
+    "point", ["after_stage", "after_commit", "mid_publish", "after_publish", "mid_delta"]
+)
+def test_a_crash_at_each_write_step_leaves_tables_readable_and_the_next_run_completes(
+    tmp_path, point
+):
     upstream, wh = str(tmp_path / "up"), str(tmp_path / "wh")
     hourly_upstream(upstream, 2)
     ingest(upstream, wh, IngestOptions(trigger=False, prefix="benchmarks/0000/"))
-    with crash_at("mid_delta"), pytest.raises(SimulatedCrash):
+    first = committed_ids(wh)
+    with crash_at(point), pytest.raises(SimulatedCrash):
         ingest(upstream, wh, IngestOptions(trigger=False))
-    head = _head(wh)
-    assert head == 2
-    versions = {
-        t: DeltaTable(uri(wh, t)).transaction_version(delta.LOG_APP) for t in (*DIMENSIONS,)
-    }
-    # The first table is at the new commit, the rest one behind: each readable, and no run a
-    # reader sees names a digest the dimension tables lack (dimensions go first).
-    assert versions[layout.PROTOCOLS] == 2 and versions[layout.IMPLEMENTATIONS] == 1
-    assert DeltaTable(uri(wh, layout.RUNS)).transaction_version(delta.LOG_APP) == 1
+    # Every table readable, each at the first batch or (those published before the crash)
+    # at the second; the runs a reader sees name no digest the dimension tables lack.
+    runs_at = DeltaTable(uri(wh, layout.RUNS)).transaction_version(delta.LOG_APP)
+    assert runs_at == 1
+    assert sorted(readers(wh)["deltalake"]) == first
+    if point == "mid_delta":  # the first table is one batch ahead, the rest not yet
+        protocols = DeltaTable(uri(wh, layout.PROTOCOLS))
+        assert protocols.transaction_version(delta.LOG_APP) == 2
+        assert DeltaTable(uri(wh, layout.IMPLEMENTATIONS)).transaction_version(delta.LOG_APP) == 1
     _assert_no_dangling_digest(wh)
 
-    ingest(upstream, wh, IngestOptions(trigger=False))  # nothing new: its recover publishes
+    # The next run (with orphaned staging removed at once) completes the second batch.
+    ingest(upstream, wh, IngestOptions(trigger=False, orphan_grace=timedelta(0)))
+    head = _head(wh)
+    assert head == 2
     for table in (*DIMENSIONS, layout.RUNS, layout.QUARANTINE, delta.DOCUMENT_FILES):
-        assert DeltaTable(uri(wh, table)).transaction_version(delta.LOG_APP) == 2, table
-    assert_readers_exact(wh)
+        assert DeltaTable(uri(wh, table)).transaction_version(delta.LOG_APP) == head, table
+    assert len(assert_readers_exact(wh)) > len(first)
     _assert_no_dangling_digest(wh)
 
 
