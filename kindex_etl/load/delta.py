@@ -66,6 +66,10 @@ DOCUMENT_FILES_SCHEMA = pa.schema(
     [("table", pa.string()), ("path", pa.string()), ("rows", pa.int64())]
 )
 COMMIT_ATTEMPTS = 10
+# Every open of a table (each publish opens each one) replays its log from the newest Delta
+# checkpoint: at delta-rs's default of one per 100 commits, the publish of an hourly ingest took
+# 0.04 s after one commit and 0.2 s after twenty. A checkpoint every 10 commits bounds it.
+TABLE_CONFIGURATION = {"delta.checkpointInterval": "10"}
 
 
 def object_app_id(key: str, etag: str) -> str:
@@ -256,6 +260,7 @@ def _publish_table(
                     mode="error",
                     partition_by=[PARTITION_COLUMN] if table == layout.RUNS else None,
                     name=table.replace("/", "_"),
+                    configuration=TABLE_CONFIGURATION,
                     storage_options=options,
                     commit_properties=CommitProperties(app_transactions=txns),
                 )

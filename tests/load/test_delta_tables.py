@@ -19,6 +19,7 @@ import pytest
 from deltalake import DeltaTable
 
 from kindex_etl import IngestOptions, ingest
+from kindex_etl.ingestion.reprocess import reprocess
 from kindex_etl.load import delta, layout
 from kindex_etl.load.faults import SimulatedCrash, crash_at
 from kindex_etl.load.warehouse import open_warehouse
@@ -250,6 +251,20 @@ def test_migrate_publishes_an_older_warehouse_once(tmp_path, made_by):
     assert sum(len(read_jsonl_zst(wh / p)) for p in docs if "/benchmark_runs/" in p) == len(
         expected
     )
+
+
+def test_reprocess_of_a_migrated_5ae26c4_warehouse_reads_exactly_through_delta(tmp_path):
+    wh = tmp_path / "wh"
+    shutil.copytree(FIXTURE / "warehouse", wh)
+    migrate(str(wh))
+    assert len(assert_readers_exact(str(wh))) == 41
+    report = reprocess(str(wh))
+    assert report.runs_after == 51 and report.held_after == 1
+    # Every file the reprocess retired has left the Delta tables; its new files are in them.
+    assert len(assert_readers_exact(str(wh))) == 51
+    held = DeltaTable(str(wh / layout.QUARANTINE)).to_pyarrow_table(columns=["reason"])
+    assert held.column("reason").to_pylist() == ["unknown_gpu"]
+    _assert_no_dangling_digest(str(wh))
 
 
 def test_migrate_refuses_a_url_that_holds_no_warehouse(tmp_path):
