@@ -124,6 +124,24 @@ def test_every_reader_sees_exactly_the_committed_runs_through_compaction_and_vac
         assert dt.transaction_version(delta.LOG_APP) == _head(wh)
 
 
+@pytest.mark.parametrize(
+    "point",
+    ["compact_after_stage", "compact_after_commit", "mid_publish", "compact_after_publish"],
+)
+def test_readers_stay_exact_through_a_compaction_that_crashed(tmp_path, point):
+    upstream, wh = str(tmp_path / "up"), str(tmp_path / "wh")
+    hourly_upstream(upstream, 3)
+    ingest_hourly(upstream, wh)
+    before = assert_readers_exact(wh)
+    with crash_at(point), pytest.raises(SimulatedCrash):
+        compact(wh)
+    assert readers(wh)["deltalake"] == before  # the old files, whole: never both
+    compact(wh)  # the next one finishes (or redoes) it
+    assert assert_readers_exact(wh) == before
+    files = DeltaTable(uri(wh, layout.RUNS)).file_uris()
+    assert len(files) == 2  # one compacted file per release
+
+
 def test_each_upstream_object_version_is_in_the_runs_commits(where):
     upstream, wh = where
     hourly_upstream(upstream, 3)
