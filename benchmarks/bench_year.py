@@ -161,24 +161,18 @@ def _snapshot(url: str) -> dict[str, Any]:
 
 
 def query_seconds(url: str) -> tuple[float, int]:
+    """The benchmark's query as a reader runs it: DuckDB over the runs' Delta table."""
     import duckdb
-    import pyarrow.dataset as ds
-    import pyarrow.fs as pafs
+    from deltalake import DeltaTable
+
+    from kindex_etl.load import delta
+    from kindex_etl.storage import open_store
 
     start = time.perf_counter()
-    snap = _snapshot(url)
-    keys = snap["tables"]["benchmark_runs"]
+    options = delta.storage_options(open_store(url))
+    table = DeltaTable(f"{url.rstrip('/')}/benchmark_runs", storage_options=options)
     con = duckdb.connect()
-    if url.startswith("s3://"):
-        bucket_prefix = url[len("s3://") :]
-        s3 = pafs.S3FileSystem(region="us-east-1", endpoint_override=os.environ["AWS_ENDPOINT_URL"])
-        con.register(
-            "runs",
-            ds.dataset([f"{bucket_prefix}/{k}" for k in keys], filesystem=s3, format="parquet"),
-        )
-    else:
-        paths = [f"{url}/{k}" for k in keys]
-        con.register("runs", con.read_parquet(paths))
+    con.register("runs", table.to_pyarrow_dataset())
     rows = con.sql(QUERY).fetchall()
     total = sum(r[2] for r in rows)
     return time.perf_counter() - start, total
@@ -210,8 +204,11 @@ def measure(url: str, upstream: Path, head: int, rows_csv: bytes) -> dict[str, A
     snap = _snapshot(url)
     store = open_store(url)
     in_folder: dict[str, int] = {}
+    delta_log_files = 0
     for info in store.list():
-        if not info.key.startswith(layout.CONTROL):
+        if "/_delta_log/" in info.key or info.key.startswith("document_files/"):
+            delta_log_files += 1
+        elif not info.key.startswith(layout.CONTROL):
             t = layout.table_of(info.key)
             in_folder[t] = in_folder.get(t, 0) + 1
     return {
@@ -223,6 +220,7 @@ def measure(url: str, upstream: Path, head: int, rows_csv: bytes) -> dict[str, A
         "runs": runs,
         "snapshot_files": {t: len(k) for t, k in sorted(snap["tables"].items())},
         "folder_files": dict(sorted(in_folder.items())),
+        "delta_log_files": delta_log_files,
     }
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import duckdb
 import polars as pl
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pytest
 from deltalake import DeltaTable
@@ -289,3 +290,21 @@ def test_migrate_refuses_a_url_that_holds_no_warehouse(tmp_path):
     with pytest.raises(Exception, match="no warehouse"):
         migrate(str(tmp_path / "nothing-here"))
     assert not (tmp_path / "nothing-here").exists()
+
+
+def test_a_column_new_to_the_contract_joins_the_delta_schema(tmp_path, monkeypatch):
+    """Newer code adds a runs column: the table's Delta schema gains it, and the files written
+    before it read as null there (nothing rewritten)."""
+    from kindex_etl.contracts import tables
+
+    upstream, wh = str(tmp_path / "up"), str(tmp_path / "wh")
+    hourly_upstream(upstream, 2)
+    ingest(upstream, wh, IngestOptions(trigger=False, prefix="benchmarks/0000/"))
+    extended = tables.RUN_SCHEMA.append(pa.field("added_later", pa.string()))
+    monkeypatch.setattr(tables, "RUN_SCHEMA", extended)
+    ingest(upstream, wh, IngestOptions(trigger=False))
+    runs = DeltaTable(uri(wh, layout.RUNS))
+    assert "added_later" in [f.name for f in runs.schema().fields]
+    got = runs.to_pyarrow_table(columns=["external_id", "added_later"])
+    assert got.num_rows == len(committed_ids(wh))
+    assert got.column("added_later").null_count == got.num_rows
