@@ -122,6 +122,9 @@ def run_project(upstream: Path, warehouse: Path) -> dict[str, Any]:
     env.setdefault("PREFECT_HOME", str(warehouse.parent / f"{warehouse.name}-prefect"))
     env.setdefault("KINDEX_STATE_DIR", str(warehouse.parent / f"{warehouse.name}-state"))
     cli = [sys.executable, "-m", "kindex_etl.cli"]
+    # `-m` puts the working directory first on the path: run from the warehouse's parent so
+    # the kindex_etl under test is the one PYTHONPATH (or the installed package) names.
+    cwd = warehouse.parent
     timings: dict[str, Any] = {}
     start = time.monotonic()
     done = subprocess.run(
@@ -136,6 +139,7 @@ def run_project(upstream: Path, warehouse: Path) -> dict[str, Any]:
             "--json",
         ],
         env=env,
+        cwd=cwd,
         check=True,
         capture_output=True,
         text=True,
@@ -147,6 +151,7 @@ def run_project(upstream: Path, warehouse: Path) -> dict[str, Any]:
         subprocess.run(
             [*cli, "regressions", "--warehouse", str(warehouse), "--json"],
             env=env,
+            cwd=cwd,
             check=True,
             capture_output=True,
             text=True,
