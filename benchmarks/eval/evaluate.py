@@ -183,13 +183,27 @@ def read_tables(url: str, history: History) -> tuple[list[dict[str, Any]], Runs]
         held = latest.get(row["change_id"])
         if held is None or row["warehouse_seq"] >= held["warehouse_seq"]:
             latest[row["change_id"]] = row
-    columns = ["external_id", "source_key", "liger_version", "kernel", "metric", "gpu_name"]
+    columns = [
+        "external_id",
+        "source_key",
+        "liger_version",
+        "kernel",
+        "metric",
+        "gpu_name",
+        "observed_at",
+    ]
     runs_table = warehouse.read_table("benchmark_runs", columns)
     runs = Runs()
     ci: dict[tuple[str, str, str], set[int]] = defaultdict(set)
     for run in [] if runs_table is None else runs_table.to_pylist():
         found = PER_COMMIT.search(run["source_key"] or "")
-        position = history.position(found.group(1)) if found else None
+        commit = history.commit(found.group(1)) if found else None
+        # A run older than the commit its folder names cannot have measured it: upstream's
+        # first automated folder (53a37a5) holds a copy of the cumulative file's rows.
+        observed = run["observed_at"]
+        if commit is not None and observed is not None and observed < commit.date:
+            commit = None
+        position = None if commit is None else commit.position
         runs.position[run["external_id"]] = position
         runs.version[run["external_id"]] = run["liger_version"]
         if position is not None:
@@ -242,8 +256,10 @@ def inside(position: int | None, span: tuple[int, int] | None) -> bool:
 
 
 def contributed(row: dict[str, Any], runs: Runs) -> bool:
-    if row.get("origin"):
-        return str(row["origin"]) == "contributed"
+    """The row says so, or one of its boundary runs measured no known commit (the cumulative
+    file, or a per-commit folder's run older than its commit)."""
+    if str(row.get("origin") or "") == "contributed":
+        return True
     ids = [*(row.get("before_run_ids") or ()), *(row.get("after_run_ids") or ())]
     return any(runs.position.get(r) is None for r in ids)
 
@@ -298,12 +314,13 @@ class Scorer:
             return "environment"
         for e in self.events:
             if e.kind == "environment" and ("*" in e.kernels or kernel in e.kernels):
-                # Closed on both sides: a shift between two runs of one commit (lo == hi)
-                # still explains a range that ends or starts there.
+                # The shift happened between the runs of commits lo and hi: (lo, hi]. Two runs
+                # of one commit (lo == hi) shift the point at that commit itself.
                 lo, hi = e.measured or (e.position, e.position)
                 if lo is None or hi is None or span is None:
                     continue
-                if span[0] <= hi and lo <= span[1]:
+                hit = span[0] <= hi <= span[1] if lo == hi else lo < span[1] and span[0] < hi
+                if hit:
                     return "environment"
         if shifts[(span, row["direction"], row["gpu_name"])] >= MULTI_KERNEL:
             return "environment"

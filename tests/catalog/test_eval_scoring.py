@@ -192,3 +192,51 @@ def test_a_shift_on_three_kernels_at_once_is_the_environment(ev: Any, tmp_path: 
     assert report["variants"]["measured"]["speed"]["classes"] == {"environment": 3}
     report = ev.Scorer(events, h, harness()).score(rows[:2], r)
     assert report["variants"]["measured"]["speed"]["classes"] == {"unexplained": 2}
+
+
+def test_an_environment_event_explains_only_the_ranges_it_falls_in(ev: Any, tmp_path: Path) -> None:
+    h = history()
+    r = runs(ev, h)
+    path = tmp_path / "events.json"
+    shift = {
+        "kind": "environment",
+        "pr": 3,
+        "kernels": ["rms_norm"],
+        "metric": "speed",
+        "direction": "slower",
+        "evidence": "x",
+    }
+    path.write_text(
+        json.dumps(
+            {
+                "events": [
+                    {
+                        **shift,
+                        "id": "E1",
+                        "commit": SHAS[5][:7],
+                        "measured": [SHAS[3][:7], SHAS[5][:7]],
+                    },
+                    {
+                        **shift,
+                        "id": "E2",
+                        "commit": SHAS[9][:7],
+                        "measured": [SHAS[9][:7], SHAS[9][:7]],
+                    },
+                ]
+            }
+        )
+    )
+    events = ev.load_events(path, h)
+    assert events[0].measured == (3, 5) and events[1].measured == (9, 9)
+    rows = [
+        row("liger", [run_id(3)], [run_id(5)], change_id="a"),  # the shift's own range
+        row("liger", [run_id(5)], [run_id(7)], change_id="b"),  # starts where it ended
+        row("liger", [run_id(7)], [run_id(9)], change_id="c"),  # ends at the re-measured commit
+    ]
+    report = ev.Scorer(
+        events, h, Harness({"source": {"head": None}, "scripts": {}, "kernels": {}})
+    ).score(rows, r)
+    assert report["variants"]["measured"]["speed"]["classes"] == {
+        "environment": 2,
+        "unexplained": 1,
+    }
