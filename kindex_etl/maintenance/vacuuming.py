@@ -64,6 +64,14 @@ def vacuum(warehouse_url: str, *, retention: timedelta | None = None) -> VacuumR
         if not keys:
             result.delta_logs = delta.maintain_logs(warehouse.store)
             return result
+        # A retired file may still be listed by a Delta table whose publish failed (a
+        # transient error after the compaction's commit): publish first, delete only after.
+        warehouse.update_snapshot()
+        if delta.published_seq(warehouse.store) < warehouse.head:
+            raise StorageError(
+                f"{warehouse.store.url}: the Delta tables lag the log; not deleting files they "
+                "may still list (run the vacuum again)"
+            )
         for i, key in enumerate(keys):
             warehouse.store.delete(key)
             warehouse.store.delete(layout.staging_key(retired[key].batch, key))

@@ -308,3 +308,34 @@ def test_a_column_new_to_the_contract_joins_the_delta_schema(tmp_path, monkeypat
     got = runs.to_pyarrow_table(columns=["external_id", "added_later"])
     assert got.num_rows == len(committed_ids(wh))
     assert got.column("added_later").null_count == got.num_rows
+
+
+def test_vacuum_never_deletes_a_file_a_lagging_delta_log_still_lists(tmp_path, monkeypatch):
+    """Found by review: a compaction whose Delta publish failed (a transient S3 error) left
+    the runs' Delta log listing retired files, and the vacuum deleted them."""
+    upstream, wh = str(tmp_path / "up"), str(tmp_path / "wh")
+    hourly_upstream(upstream, 3)
+    ingest_hourly(upstream, wh)
+    runs_uri = f"{wh}/{layout.RUNS}"
+    expected = DeltaTable(runs_uri).to_pyarrow_table(columns=["external_id"]).num_rows
+
+    real = delta._publish_table
+
+    def flaky(store, name, files, txns):
+        if name == layout.RUNS:
+            raise OSError("Generic S3 error: 503 Slow Down")
+        return real(store, name, files, txns)
+
+    monkeypatch.setattr(delta, "_publish_table", flaky)
+    with pytest.raises(OSError):
+        compact(wh)
+    monkeypatch.setattr(delta, "_publish_table", real)
+    assert DeltaTable(runs_uri).to_pyarrow_table().num_rows == expected  # still fine
+
+    # The daily vacuum, stopped after its first delete: it published the compaction to the
+    # Delta logs before deleting anything, so no Delta log lists a deleted file.
+    with crash_at("vacuum_mid_delete"), pytest.raises(SimulatedCrash):
+        vacuum(wh, retention=timedelta(0))
+    dt = DeltaTable(runs_uri)
+    assert dt.transaction_version(delta.LOG_APP) is not None
+    assert dt.to_pyarrow_table(columns=["external_id"]).num_rows == expected
