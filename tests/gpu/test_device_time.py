@@ -214,3 +214,32 @@ def test_series_of_the_two_timers_never_share_a_key_or_a_protocol() -> None:
     forged = device_ab.Series("device", upstream_digest, *point, method="cuda_graph")
     with pytest.raises(ValueError, match="both timers"):
         device_ab.check_separation([forged, up])
+
+
+def test_the_slow_build_is_the_release_with_a_spin_kernel_after_rmsnorms_forward(
+    tmp_path: Path,
+) -> None:
+    import importlib.util
+    import zipfile
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "build_slow_wheel.py"
+    spec = importlib.util.spec_from_file_location("build_slow_wheel", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    wheel = tmp_path / "liger_kernel-9.9.9-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("liger_kernel/transformers/rms_norm.py", "class LigerRMSNorm:\n    pass\n")
+        z.writestr("liger_kernel-9.9.9.dist-info/METADATA", "Name: liger-kernel\nVersion: 9.9.9\n")
+        z.writestr("liger_kernel-9.9.9.dist-info/RECORD", "stale\n")
+    out = module.build(wheel, tmp_path / "out")
+    assert out.name == "liger_kernel-9.9.9+kindex.slow-py3-none-any.whl"
+    with zipfile.ZipFile(out) as z:
+        names = set(z.namelist())
+        source = z.read("liger_kernel/transformers/rms_norm.py").decode()
+        meta = z.read("liger_kernel-9.9.9+kindex.slow.dist-info/METADATA").decode()
+        record = z.read("liger_kernel-9.9.9+kindex.slow.dist-info/RECORD").decode()
+    assert "Version: 9.9.9+kindex.slow\n" in meta
+    assert "_kindex_torch.cuda._sleep(max(1, int(hidden_states.numel() * 6e-5)))" in source
+    assert not any(n.startswith("liger_kernel-9.9.9.dist-info/") for n in names)
+    assert "liger_kernel/transformers/rms_norm.py,sha256=" in record and "stale" not in record
