@@ -243,3 +243,32 @@ def test_the_slow_build_is_the_release_with_a_spin_kernel_after_rmsnorms_forward
     assert "_kindex_torch.cuda._sleep(max(1, int(hidden_states.numel() * 6e-5)))" in source
     assert not any(n.startswith("liger_kernel-9.9.9.dist-info/") for n in names)
     assert "liger_kernel/transformers/rms_norm.py,sha256=" in record and "stale" not in record
+
+
+def test_the_rerun_command_with_device_time_runs_the_campaign_itself(
+    tmp_path: Path,
+    standin_device: Callable[[], None],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import argparse
+
+    from kindex_etl.gpu import command
+
+    standin_device()
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    sdist = build_standin_sdist(tmp_path / "dist", STANDIN_VERSION, STANDIN_DEVICE_SDIST)
+    args = parser.parse_args(
+        ["--version", STANDIN_VERSION, "--sdist", str(sdist), "--repeats", "1",
+         "--kernels", "rms_norm", "--workdir", str(tmp_path / "w"),
+         "--output-dir", str(tmp_path / "o"), "--device-time", "--json"]
+    )  # fmt: skip
+
+    def no_flow(**kwargs: Any) -> None:
+        raise AssertionError("the flow does not take --device-time")
+
+    assert command.run_from_args(args, run_flow=no_flow) == 0
+    result = json.loads(capsys.readouterr().out)
+    folder = Path(result["runs"][0]["output_dir"])
+    data = json.loads((folder / device_time.RESULT_FILE).read_text())
+    assert len(data["points"]) == 18 and len(data["protocols"]) == 4
