@@ -115,3 +115,21 @@ def test_the_fixture_was_timed_by_todays_protocol_and_the_trial_by_another() -> 
             assert len(seen - current) == 2
         else:
             assert seen <= current
+
+
+def test_device_timing_leaves_the_memory_figures_as_upstreams_protocol_gives_them() -> None:
+    import csv
+
+    def memory(pattern: str) -> dict[tuple[str, str], set[str]]:
+        out: dict[tuple[str, str], set[str]] = {}
+        for path in FIXTURES.glob(pattern):
+            for r in csv.DictReader(path.open()):
+                if r["metric_name"] == "memory" and r["kernel_name"] == "rms_norm":
+                    out.setdefault((r["kernel_provider"], r["x_value"]), set()).add(r["y_value_50"])
+        return out
+
+    # The graphs' memory pools are gone before the scripts measure peak memory: the same bytes
+    # as the 0.8.5 campaign measured by upstream's timer alone (2026-12-01).
+    with_device = memory("h200_device_time_0.8.5/campaign-slow3/runs/0.8.5/*/benchmark.csv")
+    alone = memory("h200_campaign_0.8.5_vs_0.8.4/upstream/reruns/0.8.5/*/benchmark.csv")
+    assert len(with_device) == 8 and with_device == {k: alone[k] for k in with_device}
