@@ -167,3 +167,20 @@ def write_run(folder: Path, parts: Path) -> dict[str, Any] | None:
     result = collect(lines)
     (folder / RESULT_FILE).write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     return result
+
+
+def manifest_entry(folder: Path) -> dict[str, Any]:
+    """run.json's `deviceTime` where the run was also timed by device time, else nothing."""
+    path = folder / RESULT_FILE
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text("utf-8"))
+    keys = ("family", "protocolVersion", "hostBoundPoints", "failedPoints")
+    return {
+        "deviceTime": {
+            "file": RESULT_FILE,
+            "points": len(data["points"]),
+            "protocols": sorted(data["protocols"]),
+            **{k: data[k] for k in keys},
+        }
+    }

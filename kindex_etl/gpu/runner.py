@@ -557,6 +557,7 @@ def manifest(result: CampaignResult, run: RunRecord) -> dict[str, Any]:
         "startedAt": result.started_at,
         "finishedAt": result.finished_at,
         "uploadedTo": run.uploaded_to,
+        **device_time.manifest_entry(Path(run.output_dir)),
     }
 
 

@@ -170,6 +170,8 @@ def test_a_device_time_campaign_finds_a_3_percent_slowdown_that_upstreams_timer_
         data = json.loads((folder / device_time.RESULT_FILE).read_text())
         assert len(data["points"]) == 18 and data["failedPoints"] == 0
         assert data["family"] == "kindex_device_time" and data["hostBoundPoints"] > 0
+        entry = json.loads((folder / "run.json").read_text())["deviceTime"]
+        assert entry["points"] == 18 and entry["protocols"] == sorted(data["protocols"])
         uploaded = tmp_path / "upstream" / "reruns" / run.version / run.run_id
         assert (uploaded / device_time.RESULT_FILE).read_bytes() == (
             folder / device_time.RESULT_FILE
