@@ -10,8 +10,8 @@ device_time.json) and holds two kinds of series, never mixed:
 
 Noise, per timer, fitted on that timer's own A/A pairs (consecutive repeats of one version at
 one point): a run's sigma in log space is sqrt((k * within)^2 + floor^2), within being
-ln(p80 / p20) / 1.683 of the run itself (the form docs/regressions.md uses), k and floor by
-maximum likelihood over a grid. A/B, per series: the candidate's mean log time against the
+ln(p80 / p20) / 1.683 of the run itself, k and floor by maximum likelihood: the regressions
+analysis's own model and fit (`analysis.noise`, docs/regressions.md), on this timer's pairs. A/B, per series: the candidate's mean log time against the
 baseline's; its standard error the larger of the model's and the repeats' own pooled spread;
 95 % interval; an alert where |z| >= Z and the change is at least the timer's minimum effect.
 The same test on each version split against itself (odd against even repeats) is the A/A
@@ -165,22 +165,25 @@ class NoiseModel:
 
 
 def fit_noise(series: Sequence[Series]) -> NoiseModel:
-    """k and floor maximising the likelihood of the series' A/A log ratios."""
+    """The regressions analysis's noise model (`analysis.noise.fit`: the same form, the same
+    likelihood), fitted on these series' own A/A pairs, over grids that reach device time's
+    sub-0.1 % floors (the analysis's own floors start at 0.25 %)."""
+    from kindex_etl.analysis import noise
+
     d, w1, w2 = [], [], []
     for s in series:
         for a, b in aa_pairs(s):
-            d.append(math.log(b.p50 / a.p50))
+            d.append((math.log(a.p50), math.log(b.p50)))
             w1.append(a.within)
             w2.append(b.within)
     if not d:
         raise ValueError("no A/A pairs to fit a noise model on")
-    dd, a2, b2 = (np.asarray(x)[:, None, None] ** 2 for x in (d, w1, w2))
-    k2 = (_K_GRID**2)[None, :, None]
-    f2 = (_FLOOR_GRID**2)[None, None, :]
-    var = k2 * (a2 + b2) + 2 * f2
-    loglik = -0.5 * (np.log(var) + dd / var).sum(axis=0)
-    i, j = np.unravel_index(int(np.argmax(loglik)), loglik.shape)
-    return NoiseModel(float(_K_GRID[i]), float(_FLOOR_GRID[j]), len(d))
+    logs = np.asarray(d)
+    model = noise.fit(
+        logs[:, 0], logs[:, 1], np.asarray(w1), np.asarray(w2),
+        floors=tuple(float(f) for f in _FLOOR_GRID), factors=tuple(float(k) for k in _K_GRID),
+    )  # fmt: skip
+    return NoiseModel(model.run_to_run, model.floor, len(d))
 
 
 @dataclass(frozen=True)
