@@ -11,11 +11,12 @@ device_time.json) and holds two kinds of series, never mixed:
 Noise, per timer, fitted on that timer's own A/A pairs (consecutive repeats of one version at
 one point): a run's sigma in log space is sqrt((k * within)^2 + floor^2), within being
 ln(p80 / p20) / 1.683 of the run itself, k and floor by maximum likelihood: the regressions
-analysis's own model and fit (`analysis.noise`, docs/regressions.md), on this timer's pairs. A/B, per series: the candidate's mean log time against the
-baseline's; its standard error the larger of the model's and the repeats' own pooled spread;
-95 % interval; an alert where |z| >= Z and the change is at least the timer's minimum effect.
-The same test on each version split against itself (odd against even repeats) is the A/A
-check: any alert there is a false alarm.
+analysis's own model and fit (`analysis.noise`, docs/regressions.md), on this timer's pairs.
+A/B, per series: the candidate's mean log time against the baseline's; its standard error the
+larger of the model's and the repeats' own pooled spread; 95 % interval; an alert where
+|z| >= Z and the change is at least the timer's minimum effect. The same test on each version
+split against itself (odd against even repeats) is the A/A check: any alert there is a false
+alarm.
 """
 
 from __future__ import annotations
