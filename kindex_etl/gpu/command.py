@@ -56,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan-only", action="store_true",
                    help="print the plan (scripts, skips, GPUs, slots); run nothing")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--device-time", action="store_true",
+                   help="also time every point by device time (docs/reruns.md; runs here, "
+                        "without Prefect)")  # fmt: skip
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -86,11 +89,12 @@ RunFlow = Callable[..., Any]
 
 
 def _run(args: argparse.Namespace, run_flow: RunFlow | None) -> CampaignResult:
-    if run_flow is None or args.no_prefect or args.python or args.pip:
+    device = getattr(args, "device_time", False)
+    if run_flow is None or args.no_prefect or args.python or args.pip or device:
         result = run_campaign(
             args.version, baseline=args.baseline, upstream=args.upstream,
             sdist_sha256=args.sha256, use_pip_index=args.pip, python=args.python,
-            cache=args.cache_dir, pypi=args.pypi_url, **_common(args),
+            cache=args.cache_dir, pypi=args.pypi_url, device_time=device, **_common(args),
         )  # fmt: skip
         if args.warehouse:
             report_back(args.warehouse, result)

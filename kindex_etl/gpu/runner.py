@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from kindex_etl.errors import NoGPUError
-from kindex_etl.gpu import collect, harness, plan
+from kindex_etl.gpu import collect, device_time, harness, plan
 from kindex_etl.gpu.environment import collect_environment, query_gpus
 from kindex_etl.gpu.suite import Script, Skipped, plan_suite
 
@@ -174,6 +174,7 @@ class Prepared:
     sdist: dict[str, str]
     started_at: str
     deadline: float | None  # time.time() after which no slot starts
+    device_time: bool = False  # also time every point by device time (device_time.py)
 
     def gpu_uuid(self, gpu: str | None) -> str | None:
         for g in self.environments[self.version].get("gpus") or []:
@@ -287,12 +288,14 @@ def prepare(
     cache: str | os.PathLike[str] | None = None,
     pypi: str | None = None,
     campaign_id: str | None = None,
+    device_time: bool = False,
 ) -> Prepared:
     """Step 1 (see the module doc). Raises NoGPUError, HarnessError or ValueError."""
-    from kindex_etl.config import settings
-
     py = python or sys.executable
-    repeats = repeats if repeats is not None else settings().rerun_repeats
+    if repeats is None:  # imported only here: settings need pydantic, a bare GPU host has none
+        from kindex_etl.config import settings
+
+        repeats = settings().rerun_repeats
     work = Path(workdir) if workdir is not None else harness.scratch_dir()
     out = Path(output_dir) if output_dir is not None else work / "out"
     out.mkdir(parents=True, exist_ok=True)
@@ -364,6 +367,7 @@ def prepare(
         sdist={"source": sd.source, "sha256": sd.sha256, "file": sd.path.name},
         started_at=started.isoformat(timespec="seconds"),
         deadline=time.time() + budget_s if budget_s is not None else None,
+        device_time=device_time,
     )
 
 
@@ -406,6 +410,9 @@ def _run_process(
     return returncode, seconds, timed_out
 
 
+DEVICE_PARTS = "device-parts"  # the launcher's JSON lines per script, until `finish`
+
+
 def run_folder(prep: Prepared, version: str, run_id: str) -> Path:
     return Path(prep.out) / "runs" / version / run_id
 
@@ -434,6 +441,14 @@ def run_script(
             results.append(result)
             continue
         env = child_env(prep.libs[slot.version], harness_root=prep.harness_root, gpu=gpu)
+        cmd = [prep.python, script.name, *script_args]
+        if prep.device_time:
+            records = run_folder(prep, slot.version, slot.run_id) / DEVICE_PARTS
+            records.mkdir(parents=True, exist_ok=True)
+            out = records / f"{script.kernel}.jsonl"
+            out.unlink(missing_ok=True)  # a retried slot starts its records afresh
+            env = device_time.child_env(env, out)
+            cmd = device_time.command(prep.python, script.name, script_args)
         # A run's identity is its timestamp to the second: two slots of one script must never
         # share a second (only sub-second stand-ins ever wait here).
         time.sleep(max(0.0, math.floor(last_finished) + 1 - time.time()))
@@ -441,7 +456,7 @@ def run_script(
         started = datetime.now(UTC)
         result.started_at = started.isoformat(timespec="milliseconds")
         rc, seconds, timed_out = _run_process(
-            [prep.python, script.name, *script_args],
+            cmd,
             cwd,
             env,
             run_folder(prep, slot.version, slot.run_id) / log_name,
@@ -478,6 +493,9 @@ def finish(
             if part.is_file():
                 rows += collect.read_rows(part.read_bytes())
         shutil.rmtree(folder / "parts", ignore_errors=True)
+        if prep.device_time:
+            device_time.write_run(folder, folder / DEVICE_PARTS)
+            shutil.rmtree(folder / DEVICE_PARTS, ignore_errors=True)
         env = dict(prep.environments[slot.version])
         if not env.get("gpu_name"):
             names = sorted({r.get("gpu_name", "") for r in rows} - {""})
@@ -539,6 +557,7 @@ def manifest(result: CampaignResult, run: RunRecord) -> dict[str, Any]:
         "startedAt": result.started_at,
         "finishedAt": result.finished_at,
         "uploadedTo": run.uploaded_to,
+        **device_time.manifest_entry(Path(run.output_dir)),
     }
 
 

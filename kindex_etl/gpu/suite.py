@@ -21,7 +21,6 @@ import json
 import subprocess
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +56,9 @@ class Skipped:
 
 @cache
 def catalog() -> dict[str, Any]:
-    text = resources.files("kindex_etl.catalog").joinpath("rerun_scripts.json").read_text()
+    # By path, not through the kindex_etl.catalog package: that imports rfc8785 and packaging,
+    # which a bare GPU host (torch and triton only) does not have.
+    text = (Path(__file__).parent.parent / "catalog" / "rerun_scripts.json").read_text()
     data: dict[str, Any] = json.loads(text)
     return data
 

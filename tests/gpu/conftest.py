@@ -27,11 +27,18 @@ STANDIN_VERSION = "9.9.9"
 BASELINE_VERSION = "9.9.8"
 STANDIN_ROOT = f"liger_kernel-{STANDIN_VERSION}"
 STANDIN_TORCH = Path(__file__).parent / "standin_torch"
+# The device-time protocol's stand-ins: a torch with a simulated device, triton's do_bench, and
+# an sdist whose script times its points with do_bench inside upstream's run_benchmarks loop.
+STANDIN_DEVICE = Path(__file__).parent / "standin_device"
+STANDIN_DEVICE_SDIST = STANDIN_DEVICE / "sdist"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
-def build_standin_sdist(dest: Path, version: str = STANDIN_VERSION) -> Path:
-    """tests/gpu/standin_sdist/liger_kernel-9.9.9 as `dest/liger_kernel-<version>.tar.gz`."""
+def build_standin_sdist(
+    dest: Path, version: str = STANDIN_VERSION, source: Path = STANDIN_DIR
+) -> Path:
+    """`source`/liger_kernel-9.9.9 (default tests/gpu/standin_sdist) as
+    `dest/liger_kernel-<version>.tar.gz`."""
     dest.mkdir(parents=True, exist_ok=True)
     root = f"liger_kernel-{version}"
     out = dest / f"{root}.tar.gz"
@@ -44,10 +51,10 @@ def build_standin_sdist(dest: Path, version: str = STANDIN_VERSION) -> Path:
 
     # Real sdists carry src/liger_kernel.egg-info/PKG-INFO (importlib.metadata reads the version
     # there). The repository's .gitignore drops *.egg-info/, so it is added here from PKG-INFO.
-    text = (STANDIN_DIR / STANDIN_ROOT / "PKG-INFO").read_text()
+    text = (source / STANDIN_ROOT / "PKG-INFO").read_text()
     pkg_info = text.replace(f"Version: {STANDIN_VERSION}", f"Version: {version}").encode()
     with tarfile.open(out, "w:gz") as tar:
-        tar.add(STANDIN_DIR / STANDIN_ROOT, arcname=STANDIN_ROOT, filter=clean)
+        tar.add(source / STANDIN_ROOT, arcname=STANDIN_ROOT, filter=clean)
         for name in (f"{root}/PKG-INFO", f"{root}/src/liger_kernel.egg-info/PKG-INFO"):
             info = tarfile.TarInfo(name)
             info.size = len(pkg_info)
