@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -52,13 +52,15 @@ DOCUMENT_FILES = "document_files"
 # do" for the (frequent) calls that find the Delta tables current.
 PUBLISHED = layout.CONTROL + "delta.json"
 # Dimension tables first, runs after them, the analysis's tables (which name runs) last.
+# The quarantine after the runs: a replay moves rows from it into the runs, and a reader
+# between the two publishes sees them in both, never in neither (nothing refers to it).
 PUBLISH_ORDER = (
     layout.PROTOCOLS,
     layout.ENVIRONMENTS,
     layout.WORKLOADS,
     layout.IMPLEMENTATIONS,
-    layout.QUARANTINE,
     layout.RUNS,
+    layout.QUARANTINE,
     layout.REGRESSIONS,
 )
 PARTITION_COLUMN = "release"
@@ -90,24 +92,47 @@ def table_uri(store: ObjectStore, table: str) -> str:
 
 
 def storage_options(store: ObjectStore) -> dict[str, str] | None:
-    """delta-rs's options for the store: credentials come from the standard AWS chain (the
-    environment, read by delta-rs itself), never from here; only what it cannot infer."""
+    """delta-rs's options for the store, resolved by boto3 as every other S3 call of ours is.
+
+    delta-rs has its own credential chain, which knows no AWS profile (`AWS_PROFILE`,
+    `~/.aws/credentials`) and probes the instance metadata address where boto3 would not: a
+    warehouse boto3 writes could not be published. So boto3's resolved credentials (fresh per
+    call: session tokens expire), region and endpoint are handed over. These options hold a
+    secret: never log them (delta-rs's errors do not echo them; tested).
+    """
     if isinstance(store, LocalStore):
         return None
+    import boto3
+
+    from kindex_etl.storage.s3 import S3Store
+
     options: dict[str, str] = {}
-    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    if endpoint and endpoint.startswith("http://"):
-        options["AWS_ALLOW_HTTP"] = "true"
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    if region:
-        options["AWS_REGION"] = region
+    credentials = boto3.session.Session().get_credentials()
+    if credentials is not None:
+        frozen = credentials.get_frozen_credentials()
+        options["AWS_ACCESS_KEY_ID"] = frozen.access_key
+        options["AWS_SECRET_ACCESS_KEY"] = frozen.secret_key
+        if frozen.token:
+            options["AWS_SESSION_TOKEN"] = frozen.token
+    if isinstance(store, S3Store):
+        if store.region:
+            options["AWS_REGION"] = store.region
+        endpoint = store.endpoint_url
+        if not endpoint.endswith(".amazonaws.com"):
+            options["AWS_ENDPOINT_URL"] = endpoint
+            if endpoint.startswith("http://"):
+                options["AWS_ALLOW_HTTP"] = "true"
     return options
 
 
-def open_table(store: ObjectStore, table: str) -> DeltaTable | None:
+def open_table(
+    store: ObjectStore, table: str, options: dict[str, str] | None = None
+) -> DeltaTable | None:
     """A table as readers see it, or None before its first publish."""
+    if options is None:
+        options = storage_options(store)
     try:
-        return DeltaTable(table_uri(store, table), storage_options=storage_options(store))
+        return DeltaTable(table_uri(store, table), storage_options=options)
     except TableNotFoundError:
         return None
 
@@ -214,9 +239,16 @@ def publish(
     None when the tables were already at `state.seq` or past it.
     """
     seq = state.seq
-    if seq <= 0 or published_seq(store) >= seq:
+    published = published_seq(store)
+    if seq <= 0 or published >= seq:
         return None
+    options = storage_options(store)  # resolved once: a publish opens every table twice
     result = PublishResult(seq)
+    for table in PUBLISH_ORDER if published == 0 else ():
+        # Every table of the contract exists (empty) before any is published: a publish that
+        # stops part way on a new warehouse leaves readers empty tables, not missing ones.
+        if open_table(store, table, options) is None:
+            _create(store, table, {}, [], options)
     for table in (*PUBLISH_ORDER, *sorted(set(state.tables) - set(PUBLISH_ORDER))):
         if table.startswith("documents/"):
             continue
@@ -230,7 +262,7 @@ def publish(
         txns = [Transaction(LOG_APP, seq)]
         if table == layout.RUNS and objects:
             txns += [Transaction(object_app_id(k, e), 1) for k, e in sorted(objects.items())]
-        counts = _publish_table(store, table, files, txns)
+        counts = _publish_table(store, table, files, txns, options)
         if counts is not None:
             result.tables[table] = counts
         if between is not None:
@@ -241,37 +273,28 @@ def publish(
         if t.startswith("documents/")
         for f in files.values()
     ]
-    _publish_documents(store, documents, seq)
+    _publish_documents(store, documents, seq, options)
     store.put_bytes(PUBLISHED, json.dumps({"seq": seq}).encode())
     return result
 
 
 def _publish_table(
-    store: ObjectStore, table: str, files: Mapping[str, LiveFile], txns: list[Transaction]
+    store: ObjectStore,
+    table: str,
+    files: Mapping[str, LiveFile],
+    txns: list[Transaction],
+    options: dict[str, str] | None = None,
 ) -> tuple[int, int] | None:
     seq = txns[0].version
-    uri, options = table_uri(store, table), storage_options(store)
+    last: Exception | None = None
+    if options is None:
+        options = storage_options(store)
     for _attempt in range(COMMIT_ATTEMPTS):
-        dt = open_table(store, table)
+        dt = open_table(store, table, options)
         if dt is None:
-            # Created even when empty: a reader finds every table of the contract from the
-            # first commit on (an empty one reads as no rows, not as an error).
-            adds = [_add(store, table, f) for f in files.values()]
-            try:
-                create_table_with_add_actions(
-                    uri,
-                    _delta_schema(_schema_of(table, store, files.values())),
-                    adds,
-                    mode="error",
-                    partition_by=[PARTITION_COLUMN] if table == layout.RUNS else None,
-                    name=table.replace("/", "_"),
-                    configuration=TABLE_CONFIGURATION,
-                    storage_options=options,
-                    commit_properties=CommitProperties(app_transactions=txns),
-                )
-            except (DeltaError, CommitFailedError):
+            if not _create(store, table, files, txns, options):
                 continue  # another publisher created it first: diff against theirs
-            return len(adds), 0
+            return len(files), 0
         if (dt.transaction_version(LOG_APP) or 0) >= seq:
             return None
         try:
@@ -297,10 +320,46 @@ def _publish_table(
                 # (retired files this diff would add back). Lose, re-read, diff again.
                 commit_properties=CommitProperties(app_transactions=txns, max_commit_retries=0),
             )
-        except (CommitFailedError, DeltaError):
+        except (CommitFailedError, DeltaError) as exc:
+            last = exc
             continue  # another publisher moved the table: re-read it and diff again
         return added, len(actions) - added
-    raise StorageError(f"gave up publishing {table} after {COMMIT_ATTEMPTS} Delta conflicts")
+    raise StorageError(
+        f"gave up publishing {table} after {COMMIT_ATTEMPTS} Delta commit attempts: {_plain(last)}"
+    )
+
+
+def _create(
+    store: ObjectStore,
+    table: str,
+    files: Mapping[str, LiveFile],
+    txns: list[Transaction],
+    options: dict[str, str] | None,
+) -> bool:
+    """Create the table holding `files`; False when another publisher created it first."""
+    try:
+        create_table_with_add_actions(
+            table_uri(store, table),
+            _delta_schema(_schema_of(table, store, files.values())),
+            [_add(store, table, f) for f in files.values()],
+            mode="error",
+            partition_by=[PARTITION_COLUMN] if table == layout.RUNS else None,
+            name=table.replace("/", "_"),
+            configuration=TABLE_CONFIGURATION,
+            storage_options=options,
+            commit_properties=CommitProperties(app_transactions=txns),
+        )
+    except (DeltaError, CommitFailedError):
+        if open_table(store, table, options) is None:
+            raise
+        return False
+    return True
+
+
+def _plain(exc: Exception | None) -> str:
+    """delta-rs's error text without its terminal colour codes, on one line."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc or "no error recorded"))
+    return " ".join(text.split())[:300]
 
 
 def _delta_schema(schema: pa.Schema) -> Schema:
@@ -321,7 +380,12 @@ def _evolve(dt: DeltaTable, schema: pa.Schema | None) -> None:
         dt.alter.add_columns([Field(f.name, f.type, nullable=True) for f in new.fields])
 
 
-def _publish_documents(store: ObjectStore, documents: list[dict[str, object]], seq: int) -> None:
+def _publish_documents(
+    store: ObjectStore,
+    documents: list[dict[str, object]],
+    seq: int,
+    options: dict[str, str] | None,
+) -> None:
     """The listing as one small file per log state (`part-<seq>.parquet`: the same name from
     any publisher, so a retried publish rewrites identical content), replacing the last."""
     key = f"{DOCUMENT_FILES}/part-{seq:012d}.parquet"
@@ -329,7 +393,7 @@ def _publish_documents(store: ObjectStore, documents: list[dict[str, object]], s
     pq.write_table(pa.Table.from_pylist(documents, schema=DOCUMENT_FILES_SCHEMA), sink)
     store.put_bytes(key, sink.getvalue().to_pybytes())
     listing = {key: LiveFile(key, len(documents), "")}
-    _publish_table(store, DOCUMENT_FILES, listing, [Transaction(LOG_APP, seq)])
+    _publish_table(store, DOCUMENT_FILES, listing, [Transaction(LOG_APP, seq)], options)
 
 
 def maintain_logs(store: ObjectStore) -> dict[str, int]:
@@ -340,8 +404,9 @@ def maintain_logs(store: ObjectStore) -> dict[str, int]:
     it; the kindex vacuum deletes retired files by the log instead.
     """
     done: dict[str, int] = {}
+    options = storage_options(store)
     for table in (*PUBLISH_ORDER, DOCUMENT_FILES):
-        dt = open_table(store, table)
+        dt = open_table(store, table, options)
         if dt is None:
             continue
         dt.create_checkpoint()

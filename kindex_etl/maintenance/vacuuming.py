@@ -56,6 +56,9 @@ def vacuum(warehouse_url: str, *, retention: timedelta | None = None) -> VacuumR
         retention if retention is not None else timedelta(seconds=settings().vacuum_retention_s)
     )
     warehouse = open_warehouse(warehouse_url)
+    # Daily at the least: Delta tables a failed publish left behind catch up here.
+    warehouse.refresh()
+    warehouse.update_snapshot()
     for _attempt in range(COMMIT_ATTEMPTS):
         warehouse.refresh()
         retired = warehouse.state.retired

@@ -146,6 +146,16 @@ class S3Store:
     def __repr__(self) -> str:
         return f"S3Store({self.url!r})"
 
+    @property
+    def endpoint_url(self) -> str:
+        """The endpoint boto3 resolved (environment, profile, or AWS's own)."""
+        return str(self._client.meta.endpoint_url)
+
+    @property
+    def region(self) -> str | None:
+        region = self._client.meta.region_name
+        return str(region) if region else None
+
     def probe(self) -> None:
         """Fail fast, with one clear StorageError, unless credentials exist and the bucket answers.
 
