@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from kindex_etl.extract.origin import source_rank
 from kindex_etl.storage import NotFound, ObjectInfo, ObjectStore, UnsafeKey
 
 ENVIRONMENT_SIDECAR = "environment.json"
@@ -31,7 +32,9 @@ def discover(
     prefix: str = "",
     include: Callable[[ObjectInfo], bool] | None = None,
 ) -> list[Candidate]:
-    """Every `*.csv` under `prefix`, at any depth, in key order.
+    """Every `*.csv` under `prefix`, at any depth: per-commit files first, the cumulative file
+    last, each group in key order (`origin.source_rank`: of two copies of one measurement, dedup
+    keeps the one that names its commit).
 
     A CSV whose folder holds an `environment.json` (what our GPU re-runs upload) gets those
     host facts as its environment's software; upstream folders have none.
@@ -61,6 +64,7 @@ def discover(
                         {str(k): str(v) for k, v in software_facts.items() if v is not None}
                     ).decode()
         out.append(Candidate(info=info, software=software))
+    out.sort(key=lambda c: (source_rank(c.key), c.key))
     return out
 
 
