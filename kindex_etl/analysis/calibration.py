@@ -307,6 +307,10 @@ class Calibration:
             min_effect=det["min_effect"],
             persistence=det["persistence"],
             noise=noise,
+            memory_min_effect=det.get("memory_min_effect", DetectorSettings.memory_min_effect),
+            environment_kernels=det.get(
+                "environment_kernels", DetectorSettings.environment_kernels
+            ),
         )
         rates = dict(data["measured"]["false_alarm_rate"])
         for metric in SCALE:

@@ -22,7 +22,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
+def _num(value: object) -> str:
+    return "-" if not isinstance(value, float) else f"{value:.4g}"
+
+
 def human(result: dict[str, object]) -> str:
+    from .alerts import commit_range
+
     changes = result["changes"]
     assert isinstance(changes, list)
     lines = []
@@ -32,6 +38,10 @@ def human(result: dict[str, object]) -> str:
             f"{c['gpu_name']} [{c['software_class']}] {c['workload_slug']}: "
             f"{c['before_release']} -> {c['after_release']} x{c['ratio']:.4g} "
             f"[{c['ratio_low']:.4g}, {c['ratio_high']:.4g}] "
+            f"{c.get('origin') or '-'} {commit_range(c)} "
+            f"first release {c.get('first_release') or '-'}, "
+            f"baselines x{_num(c.get('baseline_ratio'))}, "
+            f"harness {c.get('before_harness') or '-'} -> {c.get('after_harness') or '-'} "
             f"(false-alarm rate of {c['series_class']}: {c['false_alarm_rate']})"
         )
     lines.append(

@@ -14,7 +14,9 @@ import pyarrow as pa
 from ..memory import pin_mmap_threshold, release_unused_memory, use_bulk_arrow_pool
 from ..storage import ObjectStore, open_store
 from .calibration import Calibration, default_calibration
+from .controls import mark_shared_steps
 from .detect import release_points
+from .history import History, default_history
 from .series import BUCKET_ROWS, RunSource, version_order
 from .spill import PointSpill, RunIdSpill
 
@@ -86,6 +88,7 @@ def detect_changes(
     since: str | None = None,
     bucket_rows: int = BUCKET_ROWS,
     points: PointSink | None = None,
+    history: History | None = None,
 ) -> Analysis:
     """Every change in the committed runs, one bucket of whole series at a time.
 
@@ -97,13 +100,14 @@ def detect_changes(
 
     started = time.perf_counter()
     cal = calibration or default_calibration()
-    source = RunSource.open(store, bucket_rows=bucket_rows)
+    hist = default_history() if history is None else history
+    source = RunSource.open(store, bucket_rows=bucket_rows, history=hist)
     result = Analysis(warehouse=store.url, seq=source.seq)
     floor = version_order(since) if since else None
     for bucket in source.buckets():
         result.runs += bucket.num_rows
         result.series += len(bucket.column("series_key").unique())
-        rows = detect(bucket, cal.settings, cal.false_alarm_rate)
+        rows = detect(bucket, cal.settings, cal.false_alarm_rate, hist)
         if floor is not None:
             rows = [r for r in rows if version_order(r["after_release"]) >= floor]
         result.run_ids.take(rows)
@@ -111,6 +115,7 @@ def detect_changes(
         if points is not None:
             points.append(release_points(bucket, cal.settings))
         del bucket  # else it stays alive while the next one is read and sorted
+    mark_shared_steps(result.changes, cal.settings.environment_kernels)
     result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result
@@ -134,6 +139,7 @@ def run_regressions(
     write: bool = True,
     report: bool = True,
     calibration: Calibration | None = None,
+    history: History | None = None,
 ) -> Analysis:
     """Detect, commit the changes that are new (or changed state), rewrite the report."""
     from .publish import commit_changes
@@ -146,7 +152,7 @@ def run_regressions(
     points = PointSpill() if report and write else None
     cal = calibration or default_calibration()
     try:
-        result = detect_changes(store, calibration=cal, since=since, points=points)
+        result = detect_changes(store, calibration=cal, since=since, points=points, history=history)
         if write:
             result.commit, result.new = commit_changes(
                 store, result.changes, analysed_seq=result.seq, attach=result.run_ids.attach
