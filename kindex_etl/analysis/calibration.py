@@ -94,9 +94,11 @@ def aa_pairs(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def warehouse_pairs(store: ObjectStore) -> pd.DataFrame:
-    """Same-release pairs of one series in a warehouse: consecutive runs (by time) of one
-    release. Series keys decide sameness here (workload digests, not raw config text), so this
-    finds repeats that upstream wrote under two sweeps, and our re-runs' repeats."""
+    """Pairs of runs of one point of one series in a warehouse: consecutive runs (by time) of
+    one commit (of one release where the series' points are releases). Series keys decide
+    sameness here (workload digests, not raw config text), so this finds repeats that upstream
+    wrote under two sweeps, our re-runs' repeats, and commits upstream re-ran days later
+    (`gap_s`: seconds between the two runs)."""
     frames = []
     cols = ["series_key", "release_rank", "observed_at", "metric", "operation_mode",
             "value_median", "value_p20", "value_p80"]  # fmt: skip
@@ -104,15 +106,67 @@ def warehouse_pairs(store: ObjectStore) -> pd.DataFrame:
         df = bucket.select(cols).to_pandas()
         prev = df.groupby(["series_key", "release_rank"], sort=False).shift(1)
         df = df.assign(
-            a_median=prev["value_median"], a_p20=prev["value_p20"], a_p80=prev["value_p80"]
+            a_median=prev["value_median"],
+            a_p20=prev["value_p20"],
+            a_p80=prev["value_p80"],
+            gap_s=(df["observed_at"] - prev["observed_at"]).dt.total_seconds(),
         )
-        frames.append(df[df["a_median"].notna()])
+        # Runs of one release an hour or more apart may be two commits (a release point
+        # pools them): an A/A pair only where the point is one commit.
+        same_code = (df["gap_s"] < NEAR_S) | bucket.column("commit_sha").is_valid().to_numpy(
+            zero_copy_only=False
+        )
+        frames.append(df[df["a_median"].notna() & same_code])
     if not frames:
-        return pd.DataFrame(columns=[*cols, "a_median", "a_p20", "a_p80"])
+        return pd.DataFrame(columns=[*cols, "a_median", "a_p20", "a_p80", "gap_s"])
     out = pd.concat(frames, ignore_index=True)
     out = out.rename(columns={"metric": "metric_name", "operation_mode": "kernel_operation_mode"})
     for col in ("value_median", "value_p20", "value_p80", "a_median", "a_p20", "a_p80"):
         out[col] = out[col].astype(float)
+    return out
+
+
+# Two runs of one commit this far apart ran on another day, maybe another host or driver;
+# closer than NEAR_S they are one sitting's repeats.
+FAR_S = 86_400.0
+NEAR_S = 3_600.0
+
+
+def host_variance(pairs: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per series class (`metric/pass`): the spread of same-point pairs run in one sitting
+    (< 1 h apart) and on other days (>= 1 day), as the standard deviation of one run's log
+    value (pair differences / sqrt 2), and the host component: the far pairs' variance
+    beyond the near pairs', sqrt(max(0, far^2 - near^2)). A class with no far pairs has none
+    measured (null): the data then holds no re-run of a commit on another day."""
+    out: dict[str, dict[str, Any]] = {}
+    if pairs.empty or "gap_s" not in pairs:
+        return out
+    diff = np.log(pairs["value_median"].to_numpy(float)) - np.log(pairs["a_median"].to_numpy(float))
+    gap = pairs["gap_s"].to_numpy(float)
+    cls = (pairs["metric_name"] + "/" + pairs["kernel_operation_mode"]).to_numpy(str)
+    for name in sorted(set(cls)):
+        mine = cls == name
+        near, far = diff[mine & (gap < NEAR_S)], diff[mine & (gap >= FAR_S)]
+
+        def sd(d: np.ndarray) -> float | None:
+            return round(float(np.sqrt(np.mean(d**2) / 2)), 5) if len(d) else None
+
+        s_near, s_far = sd(near), sd(far)
+        host = (
+            round(math.sqrt(max(0.0, s_far**2 - (s_near or 0.0) ** 2)), 5)
+            if s_far is not None
+            else None
+        )
+        out[name] = {
+            "near_pairs": len(near),
+            "far_pairs": len(far),
+            "near_sigma": s_near,
+            "far_sigma": s_far,
+            "host_sigma": host,
+            "far_moved_over_10pct": (
+                round(float((np.abs(np.expm1(far)) > 0.10).mean()), 4) if len(far) else None
+            ),
+        }
     return out
 
 
@@ -358,6 +412,9 @@ def calibrate(
             "min_effect": min_effect,
             "persistence": persistence,
             "method": settings.method,
+            "memory_min_effect": settings.memory_min_effect,
+            "memory_method": settings.memory_method,
+            "environment_kernels": settings.environment_kernels,
         },
         "aa_pairs": {
             "speed": len(speed),
@@ -371,6 +428,7 @@ def calibrate(
             "sources": [str(p) for p in pairs],
         },
         "sample": {"path": str(sample), "points": len(sample_points)},
+        "host_variance": host_variance(wh_aa),
         "measured": measured,
     }
 

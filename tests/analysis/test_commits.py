@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -159,3 +160,24 @@ def test_a_step_within_one_harness_revision_is_still_an_alert(tmp_path: Path) ->
     assert c["state"] == "alert"
     assert (c["before_commit"], c["after_commit"]) == (SHAS[1], SHAS[2])
     assert c["before_harness"] == c["after_harness"] == SHAS[0]
+
+
+def test_host_variance_from_a_commit_rerun_days_later(tmp_path: Path) -> None:
+    from kindex_etl.analysis.calibration import host_variance, warehouse_pairs
+
+    up = tmp_path / "up"
+    # Each commit measured twice a minute apart (one sitting), and commit 3 again a week
+    # later on another host, 20 % slower.
+    for i, sha in enumerate(SHAS):
+        rows = [measured(0.2, commit=i), {**measured(0.2 * 1.01, commit=i), "timestamp":
+                f"2026-03-{1 + i:02d} 10:01:00" if i != 2 else "2026-03-28 10:01:00"}]  # fmt: skip
+        if i == 3:
+            rows.append({**measured(0.24, commit=i), "timestamp": "2026-03-11 10:00:00"})
+        write_csv(up / f"benchmarks/{sha}/benchmark.csv", rows)
+    ingest(str(up), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    pairs = warehouse_pairs(open_store(str(tmp_path / "wh")))
+    got = host_variance(pairs)["speed/full"]
+    assert (got["near_pairs"], got["far_pairs"]) == (8, 1)
+    assert got["near_sigma"] == pytest.approx(0.00704, abs=1e-4)  # ln(1.01) / sqrt 2
+    assert got["far_sigma"] == pytest.approx(abs(math.log(0.24 / 0.202)) / math.sqrt(2), abs=1e-4)
+    assert got["host_sigma"] > 0.1 and got["far_moved_over_10pct"] == 1.0
