@@ -1,0 +1,562 @@
+"""Build `history.json` and `harness.json` from a Liger-Kernel git checkout or bare mirror.
+
+Both files are derived from upstream's git history only (shas, dates, paths, tags, and which
+definitions changed), never copied code, and the same repository head gives byte-identical
+output: nothing here reads the clock or the environment.
+
+history.json
+    Upstream main's first-parent commits, oldest first: full and 7-character sha (as the
+    gh-pages folders `benchmarks/<sha>[-<tag>]/` name them), position 0..n-1, committer date in
+    UTC, and the first release tag that contains the commit (`git tag --contains` semantics:
+    the lowest release version whose tagged commit has this one as an ancestor). Computed with
+    one `git rev-list <tag> --not <every lower tag>` per tag instead of one `--contains` per
+    commit.
+
+harness.json
+    Per benchmark script (`benchmark/scripts/benchmark_*.py`), the first-parent commits at which
+    what it times may have changed (its *harness revisions*), the kernel names it writes at each
+    of them, and per kernel name the union of those positions. The rule, deliberately
+    conservative (it counts a change only where the code a benchmark runs changed, and it
+    never guesses at intent):
+
+    1. The script itself: its syntax tree with docstrings dropped and its import statements
+       reduced to the set of names it uses (so comments, formatting, docstrings and what a
+       formatter does to imports never count; any other edit does: shapes, providers, modes,
+       set-up, timing). A file named like a script that never writes a kernel name (the sweep
+       helper `benchmark_model_configs.py`) is only a dependency.
+    2. The repository code it imports (`from test.chunked_loss.test_dpo_loss import
+       TorchLMHeadDPO`, `from utils import build_speed_bench_fn`, `from benchmark_model_configs
+       import ...`): only the top-level definitions it imports, and the top-level definitions
+       those refer to, followed across repository modules (a test's reference loss subclassing
+       `test.utils.HFAlignmentLoss` brings that class in). A test module gaining a test never
+       counts; the reference class the `torch` provider times changing does.
+    3. In the shared helper `benchmark/scripts/utils.py`, definitions that only orchestrate or
+       report (`run_benchmarks`, CSV writing, argument parsing, banners, the row dataclasses;
+       REPORTING below) are neither counted nor followed: a new CSV column is not a new timer,
+       while `_test_memory`, `run_speed_benchmark`, `QUANTILES`, ... are followed.
+    4. Code under test (`liger_kernel`, installed from `src/`) and third-party modules are not
+       harness: a change there is what the benchmarks exist to see.
+
+    A script's creation is a revision (a kernel name moving to a new script starts a new
+    series); its deletion is recorded for the script but is not a revision of any kernel.
+    Kernel names come from the script's syntax: string constants passed as `kernel_name=...`,
+    a `"kernel_name": ...` dict entry or a `kernel_name = ...` assignment; an f-string becomes
+    a pattern with `*` for each formatted part (`fused_linear_grpo_loss_*`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import hashlib
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+FORMAT = 1
+SHORT = 7
+SCRIPT = re.compile(r"^benchmark/scripts/benchmark_[^/]*\.py$")
+REPORTING = frozenset(
+    {
+        "run_benchmarks",
+        "update_benchmark_data_csv",
+        "print_benchmark_data",
+        "parse_benchmark_script_args",
+        "get_current_file_directory",
+        "get_formatted_time",
+        "get_gpu_name",
+        "_print_benchmarking_banner",
+        "CustomEncoder",
+        "BenchmarkData",
+        "BenchmarkDataCSVRow",
+        "SingleBenchmarkRunInput",
+        "SingleBenchmarkRunOutput",
+        "LIGER_KERNEL_VERSION",
+    }
+)
+HELPER_DIR = "benchmark/scripts"
+
+
+class Git:
+    """A git repository read through one long-lived `git cat-file --batch` process."""
+
+    def __init__(self, repo: Path) -> None:
+        self.repo = repo
+        self._batch: subprocess.Popen[bytes] | None = None
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(
+            ["git", "--git-dir", str(self._git_dir()), *args],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+
+    def _git_dir(self) -> Path:
+        dot = self.repo / ".git"
+        return dot if dot.exists() else self.repo
+
+    def blob(self, commit: str, path: str) -> tuple[str, bytes] | None:
+        """(object id, content) of `path` at `commit`, or None where it does not exist."""
+        if self._batch is None:
+            self._batch = subprocess.Popen(
+                ["git", "--git-dir", str(self._git_dir()), "cat-file", "--batch"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+            )
+        assert self._batch.stdin is not None and self._batch.stdout is not None
+        self._batch.stdin.write(f"{commit}:{path}\n".encode())
+        self._batch.stdin.flush()
+        header = self._batch.stdout.readline().decode().split()
+        if len(header) != 3:
+            return None
+        oid, kind, size = header
+        data = self._batch.stdout.read(int(size))
+        self._batch.stdout.read(1)
+        return (oid, data) if kind == "blob" else None
+
+    def close(self) -> None:
+        if self._batch is not None:
+            assert self._batch.stdin is not None
+            self._batch.stdin.close()
+            self._batch.wait()
+            self._batch = None
+
+
+# ---------------------------------------------------------------- history
+
+
+@dataclass(frozen=True)
+class Commit:
+    sha: str
+    position: int
+    date: str
+    release: str | None
+    changed: tuple[str, ...] = ()
+
+
+def _release_version(tag: str) -> Version | None:
+    try:
+        return Version(tag.removeprefix("v"))
+    except InvalidVersion:
+        return None
+
+
+def release_tags(git: Git) -> list[tuple[str, str]]:
+    """(tag, peeled commit) of every release tag, lowest version first."""
+    rows = git.run(
+        "for-each-ref", "refs/tags", "--format=%(refname:short) %(objectname) %(*objectname)"
+    )
+    tags: list[tuple[Version, str, str]] = []
+    for line in rows.splitlines():
+        name, obj, *peeled = line.split()
+        version = _release_version(name)
+        if version is not None:
+            tags.append((version, name, peeled[0] if peeled else obj))
+    tags.sort()
+    return [(name, sha) for _, name, sha in tags]
+
+
+def first_parent_commits(git: Git, ref: str) -> list[Commit]:
+    """Main's first-parent line, oldest first, each with the files it changed."""
+    out = git.run(
+        "log",
+        "--first-parent",
+        "--reverse",
+        "--diff-merges=first-parent",
+        "--no-renames",
+        "--name-only",
+        "--format=%x00%H %ct",
+        ref,
+    )
+    commits: list[Commit] = []
+    for chunk in out.split("\x00")[1:]:
+        lines = [line for line in chunk.splitlines() if line]
+        sha, stamp = lines[0].split()
+        date = datetime.fromtimestamp(int(stamp), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        commits.append(Commit(sha, len(commits), date, None, tuple(lines[1:])))
+    return commits
+
+
+def first_releases(git: Git, tags: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """Commit -> the lowest release tag that contains it."""
+    found: dict[str, str] = {}
+    for i, (tag, sha) in enumerate(tags):
+        lower = [s for _, s in tags[:i]]
+        args = ["rev-list", sha] + (["--not", *lower] if lower else [])
+        for commit in git.run(*args).split():
+            found.setdefault(commit, tag)
+    return found
+
+
+def build_history(git: Git, ref: str, repository: str) -> tuple[dict[str, Any], list[Commit]]:
+    tags = release_tags(git)
+    releases = first_releases(git, tags)
+    commits = [
+        Commit(c.sha, c.position, c.date, releases.get(c.sha), c.changed)
+        for c in first_parent_commits(git, ref)
+    ]
+    where = {c.sha: c.position for c in commits}
+    doc = {
+        "format": FORMAT,
+        "source": {"repository": repository, "ref": ref, "head": commits[-1].sha},
+        "releases": [{"tag": t, "sha": s, "position": where.get(s)} for t, s in tags],
+        "commits": [
+            {
+                "position": c.position,
+                "short": c.sha[:SHORT],
+                "sha": c.sha,
+                "date": c.date,
+                "release": c.release,
+            }
+            for c in commits
+        ],
+    }
+    return doc, commits
+
+
+# ---------------------------------------------------------------- harness
+
+
+def _strip_docstrings(tree: ast.Module) -> ast.Module:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass
+class Module:
+    """What the harness rule needs of one Python file: its top-level names and imports."""
+
+    path: str
+    digest: str
+    definitions: dict[str, str] = field(default_factory=dict)  # name -> digest of its AST
+    references: dict[str, set[str]] = field(default_factory=dict)  # name -> names it uses
+    imports: dict[str, tuple[str, int, str]] = field(default_factory=dict)  # local -> source
+    all_imports: list[tuple[str, int, str, str]] = field(default_factory=list)
+    kernel_names: tuple[str, ...] = ()
+
+
+def _kernel_name(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            str(part.value) if isinstance(part, ast.Constant) else "*" for part in node.values
+        )
+    return None
+
+
+def _kernel_names(tree: ast.AST) -> tuple[str, ...]:
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        values: list[ast.expr] = []
+        if isinstance(node, ast.keyword) and node.arg == "kernel_name":
+            values.append(node.value)
+        elif isinstance(node, ast.Dict):
+            values += [
+                v
+                for k, v in zip(node.keys, node.values, strict=True)
+                if isinstance(k, ast.Constant) and k.value == "kernel_name"
+            ]
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "kernel_name" for t in node.targets
+        ):
+            values.append(node.value)
+        found.update(n for n in map(_kernel_name, values) if n)
+    return tuple(sorted(found))
+
+
+def _code_digest(tree: ast.Module) -> str:
+    """A script's code without its import statements, plus the set of imports it uses.
+
+    Sorting, splitting, moving or dropping an unused import (what a formatter or linter does)
+    changes nothing; binding a name to another module does.
+    """
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    imports: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            prefix = (
+                f"{'.' * node.level}{node.module or ''}:"
+                if isinstance(node, ast.ImportFrom)
+                else ""
+            )
+            for alias in node.names:
+                local = (alias.asname or alias.name).split(".")[0]
+                if local in used or alias.name == "*":
+                    imports.add(f"{prefix}{alias.name} as {local}")
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(node, name, None)
+            if isinstance(block, list) and any(
+                isinstance(b, ast.Import | ast.ImportFrom) for b in block
+            ):
+                kept = [b for b in block if not isinstance(b, ast.Import | ast.ImportFrom)]
+                setattr(node, name, kept or ([ast.Pass()] if name == "body" else []))
+    return _digest(ast.dump(tree) + "\n" + "\n".join(sorted(imports)))
+
+
+def parse_module(path: str, source: bytes) -> Module:
+    try:
+        tree = _strip_docstrings(ast.parse(source))
+    except (SyntaxError, ValueError):
+        # Unparseable here (other Python syntax): the text stands for all of it.
+        return Module(path, hashlib.sha256(source).hexdigest()[:16])
+    module = Module(path, _code_digest(copy.deepcopy(tree)), kernel_names=_kernel_names(tree))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                module.all_imports.append(
+                    (node.module or "", node.level, alias.name, alias.asname or alias.name)
+                )
+    body = tree.body if isinstance(tree, ast.Module) else []
+    dumps: dict[str, list[str]] = {}
+    for stmt in body:
+        names: list[str] = []
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names = [stmt.name]
+        elif isinstance(stmt, ast.Assign):
+            names = [t.id for t in stmt.targets if isinstance(t, ast.Name)]
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            names = [stmt.target.id]
+        elif isinstance(stmt, ast.ImportFrom):
+            for alias in stmt.names:
+                local = alias.asname or alias.name
+                module.imports[local] = (stmt.module or "", stmt.level, alias.name)
+            continue
+        used = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+        for name in names:
+            dumps.setdefault(name, []).append(ast.dump(stmt))
+            module.references.setdefault(name, set()).update(used - {name})
+    module.definitions = {name: _digest("\n".join(d)) for name, d in dumps.items()}
+    return module
+
+
+class Harness:
+    """Fingerprints of what each benchmark script times, per commit."""
+
+    def __init__(self, git: Git) -> None:
+        self.git = git
+        self._modules: dict[str, Module] = {}
+
+    def module(self, commit: str, path: str) -> Module | None:
+        found = self.git.blob(commit, path)
+        if found is None:
+            return None
+        oid, data = found
+        key = f"{oid}:{path}"
+        if key not in self._modules:
+            self._modules[key] = parse_module(path, data)
+        return self._modules[key]
+
+    def resolve(self, commit: str, importer: str, module: str, level: int) -> Module | None:
+        """The repository file a `from module import ...` in `importer` reads, if any."""
+        parts = [p for p in module.split(".") if p]
+        candidates: list[PurePosixPath] = []
+        if level:
+            base = PurePosixPath(importer).parent
+            for _ in range(level - 1):
+                base = base.parent
+            candidates.append(base.joinpath(*parts) if parts else base)
+        else:
+            if not parts or parts[0] == "liger_kernel":
+                return None
+            if len(parts) == 1:
+                candidates.append(PurePosixPath(importer).parent / parts[0])
+            candidates.append(PurePosixPath(*parts))
+        for candidate in candidates:
+            for path in (f"{candidate}.py", f"{candidate}/__init__.py"):
+                found = self.module(commit, path)
+                if found is not None:
+                    return found
+        return None
+
+    def fingerprint(self, commit: str, script: str) -> tuple[dict[str, str], set[str]] | None:
+        """Digest per harness part ("script", "path:name"), and the files they were read from."""
+        top = self.module(commit, script)
+        if top is None:
+            return None
+        parts = {"script": top.digest}
+        files = {script}
+        todo: list[tuple[Module, str]] = []
+        for mod, level, name, _local in top.all_imports:
+            target = self.resolve(commit, script, mod, level)
+            if target is not None:
+                todo.append((target, name))
+        seen: set[tuple[str, str]] = set()
+        while todo:
+            module, name = todo.pop()
+            if (module.path, name) in seen:
+                continue
+            seen.add((module.path, name))
+            if module.path.startswith(f"{HELPER_DIR}/") and name in REPORTING:
+                continue
+            files.add(module.path)
+            if name in module.definitions:
+                parts[f"{module.path}:{name}"] = module.definitions[name]
+                for used in module.references.get(name, ()):
+                    if used in module.definitions:
+                        todo.append((module, used))
+                    elif used in module.imports:
+                        src, level, orig = module.imports[used]
+                        target = self.resolve(commit, module.path, src, level)
+                        if target is not None:
+                            todo.append((target, orig))
+            elif name in module.imports:
+                src, level, orig = module.imports[name]
+                target = self.resolve(commit, module.path, src, level)
+                if target is not None:
+                    todo.append((target, orig))
+        return parts, files
+
+
+def build_harness(git: Git, commits: Sequence[Commit], repository: str) -> dict[str, Any]:
+    harness = Harness(git)
+    state: dict[str, tuple[dict[str, str], set[str], tuple[str, ...]]] = {}
+    scripts: dict[str, list[dict[str, Any]]] = {}
+    for commit in commits:
+        changed = set(commit.changed)
+        candidates = {p for p in changed if SCRIPT.match(p)}
+        candidates |= {s for s, (_, files, _) in state.items() if files & changed}
+        for script in sorted(candidates):
+            before = state.get(script)
+            found = harness.fingerprint(commit.sha, script)
+            if found is None:
+                if before is not None:
+                    del state[script]
+                    scripts[script].append(
+                        {
+                            "position": commit.position,
+                            "sha": commit.sha[:SHORT],
+                            "removed": True,
+                            "kernel_names": [],
+                            "changed": [],
+                        }
+                    )
+                continue
+            parts, files = found
+            module = harness.module(commit.sha, script)
+            names = module.kernel_names if module is not None else ()
+            if before is not None and before[0] == parts:
+                state[script] = (parts, files, names)
+                continue
+            old = before[0] if before is not None else {}
+            what = sorted(k for k in parts.keys() | old.keys() if parts.get(k) != old.get(k))
+            scripts.setdefault(script, []).append(
+                {
+                    "position": commit.position,
+                    "sha": commit.sha[:SHORT],
+                    "kernel_names": list(names),
+                    "changed": ["created"] if before is None else what,
+                }
+            )
+            state[script] = (parts, files, names)
+    # A file that matches the name but never writes a row (the shared sweep helper
+    # `benchmark_model_configs.py`) is a dependency, not a benchmark.
+    scripts = {s: revs for s, revs in scripts.items() if any(r["kernel_names"] for r in revs)}
+    kernels: dict[str, dict[str, Any]] = {}
+    for script, revisions in scripts.items():
+        previous: list[str] = []
+        for rev in revisions:
+            if rev.get("removed"):
+                previous = []
+                continue
+            for name in sorted(set(previous) | set(rev["kernel_names"])):
+                entry = kernels.setdefault(name, {"scripts": [], "revisions": []})
+                if script not in entry["scripts"]:
+                    entry["scripts"].append(script)
+                entry["revisions"].append(rev["position"])
+            previous = rev["kernel_names"]
+    for entry in kernels.values():
+        entry["scripts"].sort()
+        entry["revisions"] = sorted(set(entry["revisions"]))
+    return {
+        "format": FORMAT,
+        "source": {"repository": repository, "head": commits[-1].sha if commits else None},
+        "scripts": dict(sorted(scripts.items())),
+        "kernels": dict(sorted(kernels.items())),
+    }
+
+
+# ---------------------------------------------------------------- output
+
+
+def dump(doc: dict[str, Any]) -> str:
+    """JSON with one element per line of each list or mapping at the top: diffs stay small."""
+    out = []
+    for key, value in doc.items():
+        if isinstance(value, list) and value and isinstance(value[0], dict):
+            rows = [f"  {json.dumps(v, sort_keys=True)}" for v in value]
+            text = "[\n" + ",\n".join(rows) + "\n ]"
+        elif (
+            isinstance(value, dict)
+            and value
+            and all(isinstance(v, dict | list) for v in value.values())
+        ):
+            rows = [f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in value.items()]
+            text = "{\n" + ",\n".join(rows) + "\n }"
+        else:
+            text = json.dumps(value, sort_keys=True)
+        out.append(f" {json.dumps(key)}: {text}")
+    return "{\n" + ",\n".join(out) + "\n}\n"
+
+
+def generate(
+    repo: Path, out: Path, ref: str = "main", repository: str = "linkedin/Liger-Kernel"
+) -> tuple[Path, Path]:
+    git = Git(repo)
+    try:
+        history, commits = build_history(git, ref, repository)
+        harness = build_harness(git, commits, repository)
+    finally:
+        git.close()
+    out.mkdir(parents=True, exist_ok=True)
+    paths = out / "history.json", out / "harness.json"
+    paths[0].write_text(dump(history))
+    paths[1].write_text(dump(harness))
+    return paths
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Write kindex_etl/catalog/history.json and harness.json from a Liger-Kernel "
+        "git checkout or bare mirror."
+    )
+    parser.add_argument("repo", type=Path, help="the checkout (or bare repository) to read")
+    parser.add_argument("--ref", default="main", help="the branch whose first parents count")
+    parser.add_argument("--repository", default="linkedin/Liger-Kernel", help="recorded name")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).resolve().parent,
+        help="folder to write into (default: the package's catalog)",
+    )
+    args = parser.parse_args(None if argv is None else list(argv))
+    for path in generate(args.repo, args.out, args.ref, args.repository):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
