@@ -1,12 +1,11 @@
-"""Upstream's history as catalog data: commit positions, first releases, harness revisions.
+"""What the analysis asks of upstream's history: positions, first releases, harness revisions.
 
-Two files in `kindex_etl/catalog/`, made from a Liger-Kernel checkout by the catalog command
-(not edited by hand):
-
-- `history.json`: upstream main's first-parent commits, short sha -> position (0 = oldest),
-  date, and the first release tag that contains it;
-- `harness.json`: per upstream `kernel_name`, the commits at which its benchmark script or the
-  reference modules it imports changed (a series breaks there).
+The data is the generated catalog (`kindex_etl/catalog/history.json` and `harness.json`, read by
+`kindex_etl.catalog.history`; `scripts/catalog_history.py` makes them from a Liger-Kernel
+checkout): main's first-parent commits with their position (0 = oldest) and the first release
+tag that contains them, and per upstream `kernel_name` the commits at which what its benchmark
+times changed (a series breaks there). `default_history()` is that catalog seen through this
+module's `History`; `History.of` builds one from plain data (tests, other sources).
 
 Absent files make an empty history: every commit's position unknown, no harness revision.
 Lookups take any prefix of 7 or more hex digits (a folder's short sha, a longer sha).
@@ -14,11 +13,9 @@ Lookups take any prefix of 7 or more hex digits (a folder's short sha, a longer 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +56,10 @@ class History:
 
     def __bool__(self) -> bool:
         return bool(self.commits)
+
+    @property
+    def has_harness(self) -> bool:
+        return bool(self.harness)
 
     def commit(self, sha: str | None) -> Commit | None:
         return self.commits.get(_short(sha)) if sha else None
@@ -127,17 +128,54 @@ def _harness(data: Any) -> dict[str, list[str]]:
     return out
 
 
+def from_catalog(history: Any, harness: Any) -> History:
+    """The analysis' view of `kindex_etl.catalog.history`'s `History` and `Harness` (the
+    generated catalog): commits by short sha, release tags' commits, and each kernel name's
+    harness revisions as commits (patterns such as `dyt_beta=*` resolved by the catalog)."""
+    commits = {
+        _short(c.sha): Commit(_short(c.sha), c.position, c.date.isoformat(), c.release)
+        for c in history.commits
+    }
+    view = _CatalogHistory(commits)
+    view.catalog_history, view.catalog_harness = history, harness
+    return view
+
+
+class _CatalogHistory(History):
+    catalog_history: Any = None
+    catalog_harness: Any = None
+
+    def tag_commit(self, tag: str | None) -> Commit | None:
+        release = self.catalog_history.release(tag) if tag else None
+        if release is None or release.position is None:
+            return None
+        return self.commits.get(_short(release.sha))
+
+    def harness_revision(self, kernel_name: str | None, position: int | None) -> str | None:
+        if kernel_name is None or position is None:
+            return None
+        at = self.catalog_harness.revision_at(kernel_name, position)
+        return None if at is None else _short(self.catalog_history.at(at).sha)
+
+    @property
+    def has_harness(self) -> bool:
+        return True
+
+
 def load(folder: Path | None = None) -> History:
-    """`history.json` and `harness.json` from `folder` (default: the packaged catalog)."""
+    """The generated catalog's history and harness (`folder`: where `history.json` and
+    `harness.json` are, default the packaged ones); an empty history where they are absent."""
+    from kindex_etl.catalog import history as catalog
 
-    def read(name: str) -> Any:
-        if folder is not None:
-            path = folder / name
-            return json.loads(path.read_text()) if path.exists() else None
-        res = resources.files("kindex_etl.catalog").joinpath(name)
-        return json.loads(res.read_text()) if res.is_file() else None
-
-    return History.of(read("history.json"), read("harness.json"))
+    try:
+        if folder is None:
+            return from_catalog(catalog.load_history(), catalog.load_harness())
+        return from_catalog(
+            catalog.load_history(folder / "history.json"),
+            catalog.load_harness(folder / "harness.json"),
+        )
+    except FileNotFoundError:
+        return History()
 
 
 @cache

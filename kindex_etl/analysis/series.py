@@ -384,7 +384,7 @@ def points(runs: pa.Table, ranks: Mapping[str, int], history: History) -> pa.Tab
     _, rank = np.unique(combo, return_inverse=True)
     position = pa.array(np.where(pos >= 0, pos, 0), pa.int64(), mask=pos < 0)
     harness = pa.nulls(n, pa.string())
-    if history.harness and n:
+    if history.has_harness and n:
         kenc = pc.dictionary_encode(runs.column("source_kernel")).combine_chunks()
         names = kenc.dictionary.to_pylist()
         kcode = pc.fill_null(kenc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
