@@ -25,15 +25,16 @@ def markdown(result: Analysis) -> str:
         lines.append("none")
     else:
         lines += [
-            "| kernel | pass | metric | provider | GPU | workload | origin | commits "
+            "| kernel | pass | metric | provider | GPU | workload | origin | releases | commits "
             "| first release | ratio [95 %] | baselines' ratio | harness | false-alarm rate |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for c in result.new_alerts:
             lines.append(
                 f"| {c['kernel']} | {c['operation_mode']} | {c['metric']} | {c['provider']} "
                 f"| {c['gpu_name']} ({c['software_class']}) | {c['workload_slug']} "
-                f"| {c.get('origin') or '-'} | {commit_range(c)} "
+                f"| {c.get('origin') or '-'} | {c['before_release']} → {c['after_release']} "
+                f"| {commit_range(c)} "
                 f"| {c.get('first_release') or '-'} "
                 f"| {c['ratio']:.4g} [{c['ratio_low']:.4g}, {c['ratio_high']:.4g}] "
                 f"| {_num(c.get('baseline_ratio'))} "

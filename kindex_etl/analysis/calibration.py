@@ -381,6 +381,26 @@ def default_calibration() -> Calibration:
     return Calibration.from_json(json.loads(text))
 
 
+PAIR_COLUMNS = ["metric_name", "kernel_operation_mode", "a_median", "a_p20", "a_p80",
+                "value_median", "value_p20", "value_p80", "gap_s"]  # fmt: skip
+
+
+def save_pairs(pairs: pd.DataFrame, path: Path) -> None:
+    """A warehouse's A/A pairs as a CSV (gzip when the name ends in .gz): what the noise fit
+    reads of them, kept as data where the warehouse itself cannot be (upstream's history)."""
+    # gzip with a zero mtime: the same pairs make the same bytes.
+    compression = {"method": "gzip", "mtime": 0} if path.suffix == ".gz" else None
+    pairs[PAIR_COLUMNS].sort_values(PAIR_COLUMNS).to_csv(path, index=False, compression=compression)
+
+
+def load_pairs(paths: Sequence[Path]) -> pd.DataFrame:
+    if not paths:
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    frames = [pd.read_csv(p, dtype={"metric_name": str, "kernel_operation_mode": str})
+              for p in paths]  # fmt: skip
+    return pd.concat(frames, ignore_index=True)
+
+
 def calibrate(
     sample: Path,
     pairs: Sequence[Path],
@@ -390,11 +410,16 @@ def calibrate(
     persistence: int,
     copies: int,
     warehouse: str | None = None,
+    saved_pairs: Sequence[Path] = (),
+    memory_min_effect: float = DetectorSettings.memory_min_effect,
+    environment_kernels: int = DetectorSettings.environment_kernels,
 ) -> dict[str, Any]:
     sample_points = read_points([sample])
     csv_aa = aa_pairs(read_points([sample, *pairs]))
     in_sample = aa_pairs(sample_points)
     wh_aa = warehouse_pairs(open_store(warehouse)) if warehouse else csv_aa.iloc[:0]
+    saved = load_pairs(saved_pairs)
+    wh_aa = pd.concat([wh_aa, saved], ignore_index=True) if len(saved) else wh_aa
     keep = ["metric_name", "kernel_operation_mode", "a_median", "a_p20", "a_p80",
             "value_median", "value_p20", "value_p80"]  # fmt: skip
     aa = pd.concat([csv_aa[keep], wh_aa[keep]], ignore_index=True)
@@ -402,7 +427,9 @@ def calibrate(
     memory = aa[aa["metric_name"] == "memory"]
     model = fit(*_arrays(speed))
     pool = residual_pool(speed, model)
-    settings = DetectorSettings(z_threshold, min_effect, persistence, model)
+    settings = DetectorSettings(
+        z_threshold, min_effect, persistence, model, memory_min_effect, environment_kernels
+    )
     measured = measure(sample_points, settings, pool, copies=copies)
     la, lb, _, _ = _arrays(speed)
     return {
@@ -422,13 +449,23 @@ def calibrate(
             "memory_identical": int((memory["a_median"] == memory["value_median"]).sum()),
             "in_sample_csv_identity": len(in_sample),
             "from_csvs": len(csv_aa),
-            "from_warehouse": len(wh_aa),
+            "from_warehouse": len(wh_aa) - len(saved),
             "warehouse": warehouse,
+            "from_saved_pairs": len(saved),
+            "saved_pairs": [str(p) for p in saved_pairs],
             "speed_moved_over_10pct": round(float((np.abs(np.expm1(lb - la)) > 0.10).mean()), 4),
             "sources": [str(p) for p in pairs],
         },
         "sample": {"path": str(sample), "points": len(sample_points)},
-        "host_variance": host_variance(wh_aa),
+        # Per source: pairs of one host's history are compared with each other only.
+        "host_variance": {
+            **(
+                {"warehouse": host_variance(wh_aa.iloc[: len(wh_aa) - len(saved)])}
+                if warehouse
+                else {}
+            ),
+            **{Path(p).name: host_variance(load_pairs([p])) for p in saved_pairs},
+        },
         "measured": measured,
     }
 
@@ -448,12 +485,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="a warehouse whose same-release runs of one series are A/A pairs",
     )
+    parser.add_argument(
+        "--saved-pairs",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="A/A pairs saved by --save-pairs (a warehouse of upstream history, as data)",
+    )
+    parser.add_argument(
+        "--save-pairs",
+        type=Path,
+        default=None,
+        help="write --warehouse's A/A pairs here (CSV, .gz compresses) and stop",
+    )
+    parser.add_argument("--memory-min-effect", type=float, default=0.005)
+    parser.add_argument("--environment-kernels", type=int, default=4)
     parser.add_argument("--z-threshold", type=float, default=4.0)
     parser.add_argument("--min-effect", type=float, default=0.05)
     parser.add_argument("--persistence", type=int, default=2)
     parser.add_argument("--copies", type=int, default=4)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.save_pairs is not None:
+        if not args.warehouse:
+            parser.error("--save-pairs needs --warehouse")
+        save_pairs(warehouse_pairs(open_store(args.warehouse)), args.save_pairs)
+        return 0
     result = calibrate(
         args.sample,
         args.pairs,
@@ -462,6 +519,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         persistence=args.persistence,
         copies=args.copies,
         warehouse=args.warehouse,
+        saved_pairs=args.saved_pairs,
+        memory_min_effect=args.memory_min_effect,
+        environment_kernels=args.environment_kernels,
     )
     text = json.dumps(result, indent=1, sort_keys=True) + "\n"
     if args.out:
