@@ -15,6 +15,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="only changes first seen at this release or later (PEP 440)",
     )
     p.add_argument(
+        "--after-seq",
+        type=int,
+        default=None,
+        metavar="SEQ",
+        help="analyse only the series that ingests after warehouse commit SEQ touched "
+        "(the report is left as the last full analysis wrote it)",
+    )
+    p.add_argument(
         "--dry-run",
         action="store_true",
         help="detect and print only: no regressions commit, no report",
@@ -58,7 +66,12 @@ def run_from_args(args: argparse.Namespace) -> int:
     from .run import run_regressions
 
     try:
-        result = run_regressions(args.warehouse, since=args.since, write=not args.dry_run)
+        result = run_regressions(
+            args.warehouse,
+            since=args.since,
+            write=not args.dry_run,
+            after_seq=getattr(args, "after_seq", None),
+        )
     except (StorageError, ValueError, OSError) as exc:
         print(f"kindex-etl: error: {exc}", file=sys.stderr)
         return 2

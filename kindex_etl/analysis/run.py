@@ -17,7 +17,7 @@ from .calibration import Calibration, default_calibration
 from .controls import mark_shared_steps
 from .detect import release_points
 from .history import History, default_history
-from .series import BUCKET_ROWS, RunSource, version_order
+from .series import BUCKET_ROWS, RunSource, touched_since, version_order
 from .spill import PointSpill, RunIdSpill
 
 
@@ -40,6 +40,7 @@ class Analysis:
     commit: int | None = None
     report: str | None = None
     elapsed_s: float = 0.0
+    incremental: bool = False  # only the series recent ingests touched were analysed
     run_ids: RunIdSpill = field(default_factory=RunIdSpill, repr=False, compare=False)
 
     @property
@@ -63,6 +64,7 @@ class Analysis:
             "commit": self.commit,
             "report": self.report,
             "elapsed_s": self.elapsed_s,
+            "incremental": self.incremental,
         }
 
     def full_changes(self, rows: list[dict[str, Any]] | None = None) -> Iterator[dict[str, Any]]:
@@ -89,10 +91,13 @@ def detect_changes(
     bucket_rows: int = BUCKET_ROWS,
     points: PointSink | None = None,
     history: History | None = None,
+    after_seq: int | None = None,
 ) -> Analysis:
     """Every change in the committed runs, one bucket of whole series at a time.
 
-    `since`: only changes whose after-release is at or above it (PEP 440). When `points` is
+    `since`: only changes whose after-release is at or above it (PEP 440). `after_seq`: only
+    the series that ingests committed after that warehouse commit touched (all of them where
+    the log cannot say); `Analysis.incremental` says which happened. When `points` is
     given (a list, a `PointSpill`), each bucket's release points are appended to it (for the
     report and comparisons). The changes' run ids go to `Analysis.run_ids` bucket by bucket.
     """
@@ -101,8 +106,9 @@ def detect_changes(
     started = time.perf_counter()
     cal = calibration or default_calibration()
     hist = default_history() if history is None else history
-    source = RunSource.open(store, bucket_rows=bucket_rows, history=hist)
-    result = Analysis(warehouse=store.url, seq=source.seq)
+    only = touched_since(store, after_seq) if after_seq is not None else None
+    source = RunSource.open(store, bucket_rows=bucket_rows, history=hist, only=only)
+    result = Analysis(warehouse=store.url, seq=source.seq, incremental=only is not None)
     floor = version_order(since) if since else None
     for bucket in source.buckets():
         result.runs += bucket.num_rows
@@ -140,8 +146,13 @@ def run_regressions(
     report: bool = True,
     calibration: Calibration | None = None,
     history: History | None = None,
+    after_seq: int | None = None,
 ) -> Analysis:
-    """Detect, commit the changes that are new (or changed state), rewrite the report."""
+    """Detect, commit the changes that are new (or changed state), rewrite the report.
+
+    `after_seq`: analyse only the series touched by ingests after that commit (an hourly
+    ingest's); the report, a view of every series, is then left as the last full analysis
+    wrote it."""
     from .publish import commit_changes
 
     started = time.perf_counter()
@@ -152,7 +163,14 @@ def run_regressions(
     points = PointSpill() if report and write else None
     cal = calibration or default_calibration()
     try:
-        result = detect_changes(store, calibration=cal, since=since, points=points, history=history)
+        result = detect_changes(
+            store,
+            calibration=cal,
+            since=since,
+            points=points,
+            history=history,
+            after_seq=after_seq,
+        )
         if write:
             result.commit, result.new = commit_changes(
                 store, result.changes, analysed_seq=result.seq, attach=result.run_ids.attach
@@ -165,7 +183,7 @@ def run_regressions(
             wh.refresh()
             known = known_states(wh)
             result.new = [c for c in result.changes if known.get(c["change_id"]) != c["state"]]
-        if points is not None:
+        if points is not None and not result.incremental:
             from ..report import write_report
 
             result.report = write_report(store, points, result.changes, cal, result.seq)

@@ -402,6 +402,51 @@ def points(runs: pa.Table, ranks: Mapping[str, int], history: History) -> pa.Tab
     )
 
 
+@dataclass(frozen=True)
+class Touched:
+    """The series an ingest touched, as their `BUCKET_FIELDS` (joined as the buckets join
+    them): every provider of a touched workload and pass comes along, for the controls."""
+
+    groups: frozenset[str]
+    kernels: frozenset[str]
+
+
+def touched_since(store: ObjectStore, after_seq: int) -> Touched | None:
+    """The series whose runs files were committed by ingests after `after_seq`; None where the
+    log no longer says (a checkpoint after it, a rebuild, a file gone): analyse everything."""
+    from ..load.record import INGEST
+    from ..load.warehouse import Warehouse
+
+    records = Warehouse(store).refresh()
+    if not records or records[0].seq is None or records[0].seq > after_seq + 1:
+        return None
+    later = [r for r in records if r.seq is not None and r.seq > after_seq]
+    if any(r.rebuild for r in later):
+        return None
+    keys = [f.key for r in later if r.kind == INGEST for f in r.files
+            if f.key.startswith(RUNS + "/")]  # fmt: skip
+    live = set(read_snapshot(store)["tables"].get(RUNS, []))
+    if live <= set(keys):
+        return None  # every run is new: that is the whole warehouse
+    groups: set[str] = set()
+    kernels: set[str] = set()
+    try:
+        for key in keys:
+            table = read_parquet(store, key, list(BUCKET_FIELDS))
+            joined = pc.binary_join_element_wise(
+                *[table.column(f).cast(pa.string()) for f in BUCKET_FIELDS],
+                _SEP,
+                null_handling="replace",
+                null_replacement=_NULL,
+            )
+            groups.update(pc.unique(joined).to_pylist())
+            kernels.update(k for k in pc.unique(table.column("kernel").cast(pa.string()))
+                           .to_pylist() if k is not None)  # fmt: skip
+    except (NotFound, FileNotFoundError):
+        return None
+    return Touched(frozenset(groups), frozenset(kernels))
+
+
 @dataclass
 class RunSource:
     """The committed runs of a warehouse, as buckets of whole series."""
@@ -410,6 +455,7 @@ class RunSource:
     snapshot: dict[str, Any]
     bucket_rows: int = BUCKET_ROWS
     history: History | None = None  # None: the packaged catalog's
+    only: Touched | None = None  # None: every series
 
     @classmethod
     def open(
@@ -418,8 +464,9 @@ class RunSource:
         *,
         bucket_rows: int = BUCKET_ROWS,
         history: History | None = None,
+        only: Touched | None = None,
     ) -> RunSource:
-        return cls(store, read_snapshot(store), bucket_rows, history)
+        return cls(store, read_snapshot(store), bucket_rows, history, only)
 
     @property
     def seq(self) -> int:
@@ -445,12 +492,41 @@ class RunSource:
         while total / 16**digits > self.bucket_rows and digits < 3:
             digits += 1
         if digits == 0:
-            table = pa.concat_tables(
-                [read_parquet(self.store, k, cols) for k in files], promote_options="permissive"
-            )
+            parts = [t for k in files for t in self._row_groups(k, cols)]
+            if not parts:
+                return
+            table = pa.concat_tables(parts, promote_options="permissive")
             yield with_series(table, machines, ranks, self.history)
             return
         yield from self._spilled(files, cols, digits, machines, ranks)
+
+    def _row_groups(self, key: str, cols: list[str]) -> Iterator[pa.Table]:
+        """A runs file's row groups; with `only`, the touched series' rows of the row groups
+        whose kernel statistics can hold one (the others are not read)."""
+        if self.only is None:
+            yield from iter_parquet(self.store, key, cols)
+            return
+        source = pq.ParquetFile(_parquet_source(self.store, key))
+        wanted = _present(source.schema_arrow.names, cols)
+        kernel_at = source.schema_arrow.names.index("kernel")
+        for i in range(source.num_row_groups):
+            stats = source.metadata.row_group(i).column(kernel_at).statistics
+            if (
+                stats is not None
+                and stats.has_min_max
+                and not any(stats.min <= k <= stats.max for k in self.only.kernels)
+            ):
+                continue
+            table = _completed(source.read_row_group(i, columns=wanted), cols)
+            joined = pc.binary_join_element_wise(
+                *[table.column(f) for f in BUCKET_FIELDS],
+                _SEP,
+                null_handling="replace",
+                null_replacement=_NULL,
+            )
+            keep = pc.is_in(joined, value_set=pa.array(sorted(self.only.groups), pa.string()))
+            if pc.any(keep).as_py():
+                yield table.filter(keep)
 
     def _total_rows(self, files: list[str]) -> int:
         """Runs in `files`: Parquet footers locally; on a bucket, the commit records' counts
@@ -476,7 +552,7 @@ class RunSource:
             # A row group at a time (a compacted release file holds a million runs or more),
             # each split into its buckets by one sort, not one filter pass per bucket.
             for key in files:
-                for table in iter_parquet(self.store, key, cols):
+                for table in self._row_groups(key, cols):
                     if spill is None:
                         spill = _BucketFiles(Path(tmp), table.schema)
                     for name, part in _split_by_group(table.cast(spill.schema), digits):

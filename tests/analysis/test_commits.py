@@ -181,3 +181,32 @@ def test_host_variance_from_a_commit_rerun_days_later(tmp_path: Path) -> None:
     assert got["near_sigma"] == pytest.approx(0.00704, abs=1e-4)  # ln(1.01) / sqrt 2
     assert got["far_sigma"] == pytest.approx(abs(math.log(0.24 / 0.202)) / math.sqrt(2), abs=1e-4)
     assert got["host_sigma"] > 0.1 and got["far_moved_over_10pct"] == 1.0
+
+
+def test_an_hourly_ingest_analyses_only_the_series_it_touched(tmp_path: Path) -> None:
+    from kindex_etl.analysis.run import run_regressions
+
+    up, wh = tmp_path / "up", str(tmp_path / "wh")
+    for i, sha in enumerate(SHAS[:6]):
+        rows = [measured(v, commit=i, kernel=k) for k, v in (("rms_norm", STEP[i]),
+                                                             ("embedding", 0.2))]  # fmt: skip
+        write_csv(up / f"benchmarks/{sha}/benchmark.csv", rows)
+    first = ingest(str(up), wh, IngestOptions(trigger=False))
+    full = run_regressions(wh, history=history())
+    assert not full.incremental and full.series == 2 and full.runs == 12
+    (alert,) = full.changes
+    assert alert["kernel"] == "rms_norm" and alert["state"] == "pending"  # one point after
+    # The next hour's commit measured rms_norm only (and its torch baseline, a new series).
+    rows = [measured(STEP[6], commit=6, kernel="rms_norm"),
+            measured(0.4, commit=6, kernel="rms_norm", provider="torch")]  # fmt: skip
+    write_csv(up / f"benchmarks/{SHAS[6]}/benchmark.csv", rows)
+    second = ingest(str(up), wh, IngestOptions(trigger=False))
+    seq = min(second.commits) - 1  # what the ingest flow passes on
+    assert seq > max(first.commits)  # the full analysis' own commit came between
+    hourly = run_regressions(wh, history=history(), after_seq=seq)
+    assert hourly.incremental
+    assert hourly.series == 2 and hourly.runs == 7 + 1  # rms_norm's liger and torch; no embedding
+    (now,) = hourly.new
+    assert now["change_id"] == alert["change_id"] and now["state"] == "alert"
+    # A full analysis agrees on the change.
+    assert [c["state"] for c in run_regressions(wh, history=history()).changes] == ["alert"]
