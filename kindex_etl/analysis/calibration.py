@@ -499,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="write --warehouse's A/A pairs here (CSV, .gz compresses) and stop",
     )
     parser.add_argument("--memory-min-effect", type=float, default=0.005)
-    parser.add_argument("--environment-kernels", type=int, default=4)
+    parser.add_argument("--environment-kernels", type=int, default=5)
     parser.add_argument("--z-threshold", type=float, default=4.0)
     parser.add_argument("--min-effect", type=float, default=0.05)
     parser.add_argument("--persistence", type=int, default=2)
