@@ -210,3 +210,21 @@ def test_an_hourly_ingest_analyses_only_the_series_it_touched(tmp_path: Path) ->
     assert now["change_id"] == alert["change_id"] and now["state"] == "alert"
     # A full analysis agrees on the change.
     assert [c["state"] for c in run_regressions(wh, history=history()).changes] == ["alert"]
+
+
+def test_release_comparisons_take_each_release_at_its_tagged_commit_and_one_origin(
+    tmp_path: Path,
+) -> None:
+    from kindex_etl.analysis.compare import compare_releases
+    from kindex_etl.analysis.run import points_frame
+
+    # 0.6.4 is commits 1-4: 0.2 at its tag (commit 1), then 0.26 on main after it. A
+    # contributor's 0.6.4 row at 0.1 would make any comparison with it "lower".
+    values = [0.2, 0.2, 0.26, 0.26, 0.26, 0.2, 0.2, 0.2]
+    wh = ci_warehouse(tmp_path, {(KERNEL, "liger"): values}, [measured(0.1, commit=3, hour=5)])
+    points: list = []
+    detect_changes(open_store(wh), history=history(), points=points)
+    frame = points_frame(points)
+    (row,) = compare_releases(frame, "0.6.3", "0.6.4", min_effect=0.05)
+    assert row["origin"] == "ci" and row["pairs"] == 1
+    assert row["ratio"] == pytest.approx(1.0) and row["verdict"] == "no difference detectable"
