@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from .history import History, default_history
+from ..extract.history import History, default_history
 from .noise import FloatArray, NoiseModel, within_sigma
 
 IntArray = npt.NDArray[np.int64]

@@ -11,12 +11,12 @@ from typing import IO, Any, Protocol
 import pandas as pd
 import pyarrow as pa
 
+from ..extract.history import History, default_history
 from ..memory import pin_mmap_threshold, release_unused_memory, use_bulk_arrow_pool
 from ..storage import ObjectStore, open_store
 from .calibration import Calibration, default_calibration
 from .controls import mark_shared_steps
 from .detect import release_points
-from .history import History, default_history
 from .series import BUCKET_ROWS, RunSource, touched_since, version_order
 from .spill import PointSpill, RunIdSpill
 

@@ -31,9 +31,9 @@ import pyarrow.parquet as pq
 import rfc8785
 from packaging.version import InvalidVersion, Version
 
+from ..extract.history import History, default_history
 from ..load.writers import groups_by_code
 from ..storage import NotFound, ObjectStore
-from .history import History, default_history
 from .spill import read_ipc
 
 SERIES_FIELDS = (

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kindex_etl.analysis.history import History, default_history
+from kindex_etl.extract.history import History, default_history
 from kindex_etl.extract.origin import RERUN, identity_of
 
 

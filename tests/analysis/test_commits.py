@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from kindex_etl.analysis.alerts import event
-from kindex_etl.analysis.history import History
 from kindex_etl.analysis.run import detect_changes
 from kindex_etl.api import IngestOptions, ingest
+from kindex_etl.extract.history import History
 from kindex_etl.storage import open_store
 from tests.helpers import row, write_csv
 
