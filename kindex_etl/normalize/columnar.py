@@ -980,7 +980,9 @@ def _build_runs(
         source_key=pa.array([source_key] * n, pa.string()),
         source_etag=pa.array([source_etag] * n, pa.string()),
         source_row=pa.array(lines[good], pa.int64()),
-        **origin_columns(source_key, software, cols["liger_version"].take(take)),
+        **origin_columns(
+            source_key, software, cols["liger_version"].take(take), observed=observed_at
+        ),
     )
     runs = pa.table([table_cols[f.name] for f in RUN_SCHEMA], schema=RUN_WRITE_SCHEMA)
     return runs, json_lines

@@ -52,3 +52,43 @@ def test_a_measurement_in_the_cumulative_file_and_a_per_commit_file_is_one_ci_ru
     assert by_time["08"]["commit_sha"] is None
     # Upstream's label stays as written.
     assert {r["liger_version"] for r in runs} == {"0.8.0"}
+
+
+def test_a_per_commit_row_older_than_its_commit_did_not_measure_it(tmp_path: Path) -> None:
+    # Upstream's first automated folder, 53a37a5 (committed 2025-06-10 17:46 UTC, position 503
+    # in the packaged history), holds a copy of the cumulative file's older rows.
+    measured = row(timestamp="2025-06-10 19:00:00")
+    copied = row(timestamp="2025-03-01 10:00:00")
+    up = tmp_path / "up"
+    write_csv(up / "benchmarks/53a37a5/benchmark.csv", [copied, measured])
+    ingest(str(up), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    runs = {r["observed_at"].month: r for r in table(tmp_path / "wh", "benchmark_runs").to_pylist()}
+    assert (runs[6]["origin"], runs[6]["commit_sha"], runs[6]["commit_position"]) == (
+        "ci",
+        "53a37a5",
+        503,
+    )
+    assert (runs[3]["origin"], runs[3]["commit_sha"], runs[3]["commit_position"]) == (
+        "contributed",
+        None,
+        None,
+    )
+
+
+def test_per_commit_files_are_ingested_oldest_commit_first(tmp_path: Path) -> None:
+    from kindex_etl.extract.discover import discover
+    from kindex_etl.storage import open_store
+
+    # Key order is not history order: 53a37a5 (position 503) comes before 2845fe8 (552).
+    for key in ("benchmarks/53a37a5/benchmark.csv", "benchmarks/2845fe8/benchmark.csv",
+                "benchmarks/fffffff/benchmark.csv", "benchmark/data/all_benchmark_data.csv",
+                "reruns/0.8.5/r1/benchmark.csv"):  # fmt: skip
+        write_csv(tmp_path / key, [row()])
+    found = [c.key for c in discover(open_store(str(tmp_path)))]
+    assert found == [
+        "benchmarks/53a37a5/benchmark.csv",
+        "benchmarks/2845fe8/benchmark.csv",
+        "benchmarks/fffffff/benchmark.csv",  # not in the history: after the known ones
+        "reruns/0.8.5/r1/benchmark.csv",
+        "benchmark/data/all_benchmark_data.csv",
+    ]
