@@ -15,7 +15,7 @@ from ..extract.history import History, default_history
 from ..memory import pin_mmap_threshold, release_unused_memory, use_bulk_arrow_pool
 from ..storage import ObjectStore, open_store
 from .calibration import Calibration, default_calibration
-from .controls import mark_shared_steps
+from .controls import mark_baseline_steps, mark_shared_steps
 from .detect import release_points
 from .series import BUCKET_ROWS, RunSource, touched_since, version_order
 from .spill import PointSpill, RunIdSpill
@@ -121,6 +121,7 @@ def detect_changes(
         if points is not None:
             points.append(release_points(bucket, cal.settings))
         del bucket  # else it stays alive while the next one is read and sorted
+    mark_baseline_steps(result.changes)
     mark_shared_steps(result.changes, cal.settings.environment_kernels)
     result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
     result.elapsed_s = round(time.perf_counter() - started, 3)

@@ -228,3 +228,11 @@ def test_release_comparisons_take_each_release_at_its_tagged_commit_and_one_orig
     (row,) = compare_releases(frame, "0.6.3", "0.6.4", min_effect=0.05)
     assert row["origin"] == "ci" and row["pairs"] == 1
     assert row["ratio"] == pytest.approx(1.0) and row["verdict"] == "no difference detectable"
+
+
+def test_a_step_only_a_baseline_takes_is_not_an_alert(tmp_path: Path) -> None:
+    # torch's own series steps (its reference code or its software moved); liger held still.
+    wh = ci_warehouse(tmp_path, {(KERNEL, "liger"): FLAT, (KERNEL, "torch"): STEP})
+    (c,) = detect_changes(open_store(wh), history=history()).changes
+    assert c["provider"] == "torch" and c["state"] == "environment"
+    assert c["baseline_providers"] == ["liger"] and c["baseline_ratio"] == pytest.approx(1.0)
