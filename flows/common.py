@@ -259,8 +259,9 @@ def run_ingest(
     return summary
 
 
-def regressions_after_ingest(warehouse: str) -> None:
-    """Run the regressions flow as a subflow of an ingest that committed something.
+def regressions_after_ingest(warehouse: str, after_seq: int | None = None) -> None:
+    """Run the regressions flow as a subflow of an ingest that committed something: on the
+    series that its commits (those after `after_seq`) touched.
 
     The ingest's cached ingestor goes first: the analysis reads the whole warehouse, and in
     the same process its peak came on top of the ingestor's caches (docs/performance.md, "The
@@ -270,4 +271,4 @@ def regressions_after_ingest(warehouse: str) -> None:
     from kindex_etl.ingestion.run import forget_ingestor
 
     forget_ingestor()
-    regressions_flow(warehouse=warehouse)
+    regressions_flow(warehouse=warehouse, after_seq=after_seq)

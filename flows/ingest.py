@@ -40,7 +40,7 @@ async def ingest_flow(
     url = warehouse or cfg.warehouse
     summary = run_ingest(upstream or cfg.upstream, url, options, label="ingest").as_dict()
     if regressions and summary["commits"]:
-        regressions_after_ingest(url)
+        regressions_after_ingest(url, after_seq=min(summary["commits"]) - 1)
     return summary
 
 

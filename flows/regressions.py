@@ -22,18 +22,21 @@ from kindex_etl.config import settings
     name="detect-regressions", retries=2, retry_delay_seconds=[5, 30], cache_policy=NONE,
     persist_result=False,
 )  # fmt: skip
-def detect(warehouse: str, since: str | None) -> Analysis:
+def detect(warehouse: str, since: str | None, after_seq: int | None = None) -> Analysis:
     # Safe to retry: a change already committed is not committed again. Never persisted,
     # whatever the deployment's default: the result is used in this process, and its run-id
     # lists live in a local temporary file (`kindex_etl.analysis.spill`).
-    return run_regressions(warehouse, since=since)
+    return run_regressions(warehouse, since=since, after_seq=after_seq)
 
 
 @flow(name="kindex-regressions", log_prints=False)
-def regressions_flow(warehouse: str | None = None, since: str | None = None) -> dict[str, Any]:
+def regressions_flow(
+    warehouse: str | None = None, since: str | None = None, after_seq: int | None = None
+) -> dict[str, Any]:
+    """`after_seq`: only the series that ingests after that warehouse commit touched."""
     from prefect.artifacts import create_markdown_artifact
 
-    result = detect(warehouse or settings().warehouse, since)
+    result = detect(warehouse or settings().warehouse, since, after_seq)
     create_markdown_artifact(
         key="kindex-regressions",
         markdown=markdown(result),

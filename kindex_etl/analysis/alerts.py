@@ -25,19 +25,35 @@ def markdown(result: Analysis) -> str:
         lines.append("none")
     else:
         lines += [
-            "| kernel | pass | metric | provider | GPU | workload | releases | ratio [95 %] "
-            "| false-alarm rate |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| kernel | pass | metric | provider | GPU | workload | origin | releases | commits "
+            "| first release | ratio [95 %] | baselines' ratio | harness | false-alarm rate |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for c in result.new_alerts:
             lines.append(
                 f"| {c['kernel']} | {c['operation_mode']} | {c['metric']} | {c['provider']} "
                 f"| {c['gpu_name']} ({c['software_class']}) | {c['workload_slug']} "
-                f"| {c['before_release']} → {c['after_release']} "
+                f"| {c.get('origin') or '-'} | {c['before_release']} → {c['after_release']} "
+                f"| {commit_range(c)} "
+                f"| {c.get('first_release') or '-'} "
                 f"| {c['ratio']:.4g} [{c['ratio_low']:.4g}, {c['ratio_high']:.4g}] "
+                f"| {_num(c.get('baseline_ratio'))} "
+                f"| {c.get('before_harness') or '-'} → {c.get('after_harness') or '-'} "
                 f"| {c['false_alarm_rate']} |"
             )
     return "\n".join(lines) + "\n"
+
+
+def commit_range(c: dict[str, Any]) -> str:
+    """`abc1234..def5678` (last commit before, first after), releases where no commit is
+    known."""
+    before = c.get("before_commit") or c["before_release"]
+    after = c.get("after_commit") or c["after_release"]
+    return f"{before}..{after}"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
 
 
 def event(change: dict[str, Any], warehouse: str) -> dict[str, Any]:
@@ -60,6 +76,16 @@ def event(change: dict[str, Any], warehouse: str) -> dict[str, Any]:
                 "prefect.resource.id": f"kindex.release.{change['after_release']}",
                 "prefect.resource.role": "release",
             },
+            *(
+                [
+                    {
+                        "prefect.resource.id": f"kindex.commit.{change['after_commit']}",
+                        "prefect.resource.role": "commit",
+                    }
+                ]
+                if change.get("after_commit")
+                else []
+            ),
         ],
         "payload": {
             k: change[k]
@@ -80,6 +106,19 @@ def event(change: dict[str, Any], warehouse: str) -> dict[str, Any]:
                 "p_value",
                 "false_alarm_rate",
                 "series_class",
+                "state",
+                "origin",
+                "before_commit",
+                "after_commit",
+                "before_position",
+                "after_position",
+                "first_release",
+                "before_harness",
+                "after_harness",
+                "baseline_ratio",
+                "baseline_providers",
+                "relative_ratio",
+                "kernels_at_step",
             )
         },
     }

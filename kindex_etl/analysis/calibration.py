@@ -94,9 +94,11 @@ def aa_pairs(points: pd.DataFrame) -> pd.DataFrame:
 
 
 def warehouse_pairs(store: ObjectStore) -> pd.DataFrame:
-    """Same-release pairs of one series in a warehouse: consecutive runs (by time) of one
-    release. Series keys decide sameness here (workload digests, not raw config text), so this
-    finds repeats that upstream wrote under two sweeps, and our re-runs' repeats."""
+    """Pairs of runs of one point of one series in a warehouse: consecutive runs (by time) of
+    one commit (of one release where the series' points are releases). Series keys decide
+    sameness here (workload digests, not raw config text), so this finds repeats that upstream
+    wrote under two sweeps, our re-runs' repeats, and commits upstream re-ran days later
+    (`gap_s`: seconds between the two runs)."""
     frames = []
     cols = ["series_key", "release_rank", "observed_at", "metric", "operation_mode",
             "value_median", "value_p20", "value_p80"]  # fmt: skip
@@ -104,15 +106,67 @@ def warehouse_pairs(store: ObjectStore) -> pd.DataFrame:
         df = bucket.select(cols).to_pandas()
         prev = df.groupby(["series_key", "release_rank"], sort=False).shift(1)
         df = df.assign(
-            a_median=prev["value_median"], a_p20=prev["value_p20"], a_p80=prev["value_p80"]
+            a_median=prev["value_median"],
+            a_p20=prev["value_p20"],
+            a_p80=prev["value_p80"],
+            gap_s=(df["observed_at"] - prev["observed_at"]).dt.total_seconds(),
         )
-        frames.append(df[df["a_median"].notna()])
+        # Runs of one release an hour or more apart may be two commits (a release point
+        # pools them): an A/A pair only where the point is one commit.
+        same_code = (df["gap_s"] < NEAR_S) | bucket.column("commit_sha").is_valid().to_numpy(
+            zero_copy_only=False
+        )
+        frames.append(df[df["a_median"].notna() & same_code])
     if not frames:
-        return pd.DataFrame(columns=[*cols, "a_median", "a_p20", "a_p80"])
+        return pd.DataFrame(columns=[*cols, "a_median", "a_p20", "a_p80", "gap_s"])
     out = pd.concat(frames, ignore_index=True)
     out = out.rename(columns={"metric": "metric_name", "operation_mode": "kernel_operation_mode"})
     for col in ("value_median", "value_p20", "value_p80", "a_median", "a_p20", "a_p80"):
         out[col] = out[col].astype(float)
+    return out
+
+
+# Two runs of one commit this far apart ran on another day, maybe another host or driver;
+# closer than NEAR_S they are one sitting's repeats.
+FAR_S = 86_400.0
+NEAR_S = 3_600.0
+
+
+def host_variance(pairs: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Per series class (`metric/pass`): the spread of same-point pairs run in one sitting
+    (< 1 h apart) and on other days (>= 1 day), as the standard deviation of one run's log
+    value (pair differences / sqrt 2), and the host component: the far pairs' variance
+    beyond the near pairs', sqrt(max(0, far^2 - near^2)). A class with no far pairs has none
+    measured (null): the data then holds no re-run of a commit on another day."""
+    out: dict[str, dict[str, Any]] = {}
+    if pairs.empty or "gap_s" not in pairs:
+        return out
+    diff = np.log(pairs["value_median"].to_numpy(float)) - np.log(pairs["a_median"].to_numpy(float))
+    gap = pairs["gap_s"].to_numpy(float)
+    cls = (pairs["metric_name"] + "/" + pairs["kernel_operation_mode"]).to_numpy(str)
+    for name in sorted(set(cls)):
+        mine = cls == name
+        near, far = diff[mine & (gap < NEAR_S)], diff[mine & (gap >= FAR_S)]
+
+        def sd(d: np.ndarray) -> float | None:
+            return round(float(np.sqrt(np.mean(d**2) / 2)), 5) if len(d) else None
+
+        s_near, s_far = sd(near), sd(far)
+        host = (
+            round(math.sqrt(max(0.0, s_far**2 - (s_near or 0.0) ** 2)), 5)
+            if s_far is not None
+            else None
+        )
+        out[name] = {
+            "near_pairs": len(near),
+            "far_pairs": len(far),
+            "near_sigma": s_near,
+            "far_sigma": s_far,
+            "host_sigma": host,
+            "far_moved_over_10pct": (
+                round(float((np.abs(np.expm1(far)) > 0.10).mean()), 4) if len(far) else None
+            ),
+        }
     return out
 
 
@@ -307,6 +361,10 @@ class Calibration:
             min_effect=det["min_effect"],
             persistence=det["persistence"],
             noise=noise,
+            memory_min_effect=det.get("memory_min_effect", DetectorSettings.memory_min_effect),
+            environment_kernels=det.get(
+                "environment_kernels", DetectorSettings.environment_kernels
+            ),
         )
         rates = dict(data["measured"]["false_alarm_rate"])
         for metric in SCALE:
@@ -323,6 +381,26 @@ def default_calibration() -> Calibration:
     return Calibration.from_json(json.loads(text))
 
 
+PAIR_COLUMNS = ["metric_name", "kernel_operation_mode", "a_median", "a_p20", "a_p80",
+                "value_median", "value_p20", "value_p80", "gap_s"]  # fmt: skip
+
+
+def save_pairs(pairs: pd.DataFrame, path: Path) -> None:
+    """A warehouse's A/A pairs as a CSV (gzip when the name ends in .gz): what the noise fit
+    reads of them, kept as data where the warehouse itself cannot be (upstream's history)."""
+    # gzip with a zero mtime: the same pairs make the same bytes.
+    compression = {"method": "gzip", "mtime": 0} if path.suffix == ".gz" else None
+    pairs[PAIR_COLUMNS].sort_values(PAIR_COLUMNS).to_csv(path, index=False, compression=compression)
+
+
+def load_pairs(paths: Sequence[Path]) -> pd.DataFrame:
+    if not paths:
+        return pd.DataFrame(columns=PAIR_COLUMNS)
+    frames = [pd.read_csv(p, dtype={"metric_name": str, "kernel_operation_mode": str})
+              for p in paths]  # fmt: skip
+    return pd.concat(frames, ignore_index=True)
+
+
 def calibrate(
     sample: Path,
     pairs: Sequence[Path],
@@ -332,11 +410,16 @@ def calibrate(
     persistence: int,
     copies: int,
     warehouse: str | None = None,
+    saved_pairs: Sequence[Path] = (),
+    memory_min_effect: float = DetectorSettings.memory_min_effect,
+    environment_kernels: int = DetectorSettings.environment_kernels,
 ) -> dict[str, Any]:
     sample_points = read_points([sample])
     csv_aa = aa_pairs(read_points([sample, *pairs]))
     in_sample = aa_pairs(sample_points)
     wh_aa = warehouse_pairs(open_store(warehouse)) if warehouse else csv_aa.iloc[:0]
+    saved = load_pairs(saved_pairs)
+    wh_aa = pd.concat([wh_aa, saved], ignore_index=True) if len(saved) else wh_aa
     keep = ["metric_name", "kernel_operation_mode", "a_median", "a_p20", "a_p80",
             "value_median", "value_p20", "value_p80"]  # fmt: skip
     aa = pd.concat([csv_aa[keep], wh_aa[keep]], ignore_index=True)
@@ -344,7 +427,9 @@ def calibrate(
     memory = aa[aa["metric_name"] == "memory"]
     model = fit(*_arrays(speed))
     pool = residual_pool(speed, model)
-    settings = DetectorSettings(z_threshold, min_effect, persistence, model)
+    settings = DetectorSettings(
+        z_threshold, min_effect, persistence, model, memory_min_effect, environment_kernels
+    )
     measured = measure(sample_points, settings, pool, copies=copies)
     la, lb, _, _ = _arrays(speed)
     return {
@@ -354,6 +439,9 @@ def calibrate(
             "min_effect": min_effect,
             "persistence": persistence,
             "method": settings.method,
+            "memory_min_effect": settings.memory_min_effect,
+            "memory_method": settings.memory_method,
+            "environment_kernels": settings.environment_kernels,
         },
         "aa_pairs": {
             "speed": len(speed),
@@ -361,12 +449,23 @@ def calibrate(
             "memory_identical": int((memory["a_median"] == memory["value_median"]).sum()),
             "in_sample_csv_identity": len(in_sample),
             "from_csvs": len(csv_aa),
-            "from_warehouse": len(wh_aa),
+            "from_warehouse": len(wh_aa) - len(saved),
             "warehouse": warehouse,
+            "from_saved_pairs": len(saved),
+            "saved_pairs": [str(p) for p in saved_pairs],
             "speed_moved_over_10pct": round(float((np.abs(np.expm1(lb - la)) > 0.10).mean()), 4),
             "sources": [str(p) for p in pairs],
         },
         "sample": {"path": str(sample), "points": len(sample_points)},
+        # Per source: pairs of one host's history are compared with each other only.
+        "host_variance": {
+            **(
+                {"warehouse": host_variance(wh_aa.iloc[: len(wh_aa) - len(saved)])}
+                if warehouse
+                else {}
+            ),
+            **{Path(p).name: host_variance(load_pairs([p])) for p in saved_pairs},
+        },
         "measured": measured,
     }
 
@@ -386,12 +485,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=None,
         help="a warehouse whose same-release runs of one series are A/A pairs",
     )
+    parser.add_argument(
+        "--saved-pairs",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="A/A pairs saved by --save-pairs (a warehouse of upstream history, as data)",
+    )
+    parser.add_argument(
+        "--save-pairs",
+        type=Path,
+        default=None,
+        help="write --warehouse's A/A pairs here (CSV, .gz compresses) and stop",
+    )
+    parser.add_argument("--memory-min-effect", type=float, default=0.005)
+    parser.add_argument("--environment-kernels", type=int, default=5)
     parser.add_argument("--z-threshold", type=float, default=4.0)
     parser.add_argument("--min-effect", type=float, default=0.05)
     parser.add_argument("--persistence", type=int, default=2)
     parser.add_argument("--copies", type=int, default=4)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.save_pairs is not None:
+        if not args.warehouse:
+            parser.error("--save-pairs needs --warehouse")
+        save_pairs(warehouse_pairs(open_store(args.warehouse)), args.save_pairs)
+        return 0
     result = calibrate(
         args.sample,
         args.pairs,
@@ -400,6 +519,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         persistence=args.persistence,
         copies=args.copies,
         warehouse=args.warehouse,
+        saved_pairs=args.saved_pairs,
+        memory_min_effect=args.memory_min_effect,
+        environment_kernels=args.environment_kernels,
     )
     text = json.dumps(result, indent=1, sort_keys=True) + "\n"
     if args.out:

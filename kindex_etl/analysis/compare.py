@@ -23,7 +23,8 @@ from scipy import stats
 from ..catalog import Catalog, default_catalog
 
 SAME_SERIES = ["kernel", "operation_mode", "metric", "workload_digest", "protocol_digest"]
-MACHINE = ["gpu_product", "gpu_form_factor", "software_class"]
+# The origin too: a contributor's row is never compared with a CI run as if one machine.
+MACHINE = ["gpu_product", "gpu_form_factor", "software_class", "origin"]
 NO_DIFFERENCE = "no difference detectable"
 
 
@@ -83,20 +84,30 @@ def _compare(
     return out
 
 
+def _per_release(points: pd.DataFrame) -> pd.DataFrame:
+    """One point per series and release label. Points are commits where commits are known, and
+    every commit on main between two tags carries the earlier tag's label: the release's own
+    point is the first of its label in history order (the tagged commit)."""
+    if points.empty or "release_rank" not in points or "series_key" not in points:
+        return points
+    ordered = points.sort_values("release_rank", kind="stable")
+    return ordered.drop_duplicates(subset=["series_key", "liger_version"], keep="first")
+
+
 def compare_releases(
     points: pd.DataFrame, a: str, b: str, *, min_effect: float = 0.05
 ) -> list[dict[str, Any]]:
     """Release b against release a, per kernel, GPU, pass, metric and provider."""
     match = [*SAME_SERIES, "provider", *MACHINE]
     group = ["kernel", *MACHINE, "metric", "operation_mode", "provider"]
-    return _compare(points, "liger_version", a, b, match, group, min_effect)
+    return _compare(_per_release(points), "liger_version", a, b, match, group, min_effect)
 
 
 def compare_gpus(
     points: pd.DataFrame, release: str, a: str, b: str, *, min_effect: float = 0.05
 ) -> list[dict[str, Any]]:
     """GPU b against GPU a (gpu_name) for one release, per kernel, pass, metric, provider."""
-    same = points[points["liger_version"] == release]
+    same = _per_release(points[points["liger_version"] == release])
     match = [*SAME_SERIES, "provider", "software_class"]
     group = ["kernel", "metric", "operation_mode", "provider"]
     return _compare(same, "gpu_name", a, b, match, group, min_effect)
@@ -111,7 +122,9 @@ def compare_baseline(
     """
     catalog = catalog or default_catalog()
     out: list[dict[str, Any]] = []
-    match = [*SAME_SERIES, "liger_version", *MACHINE]
+    # Liger and its baseline measured at the same commit (where commits are known).
+    same_point = ["commit_sha"] if "commit_sha" in points else []
+    match = [*SAME_SERIES, "liger_version", *same_point, *MACHINE]
     group = ["kernel", *MACHINE, "liger_version", "metric", "operation_mode"]
     for kernel, frame in points.groupby("kernel", sort=True):
         info = catalog.kernel(str(kernel))

@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from ..extract.history import History, default_history
 from .noise import FloatArray, NoiseModel, within_sigma
 
 IntArray = npt.NDArray[np.int64]
@@ -47,6 +48,12 @@ class DetectorSettings:
     min_effect: float = 0.05
     persistence: int = 2
     noise: NoiseModel = field(default_factory=NoiseModel)
+    # Memory: the smallest relative change that is one (docs/regressions.md, "Memory"); the
+    # largest same-series A/A memory difference measured upstream was 0.026 %.
+    memory_min_effect: float = 0.005
+    # This many kernels or more stepping the same way at one commit, on one kind of machine:
+    # an environment change, not a kernel change (docs/regressions.md, "Controls").
+    environment_kernels: int = 5
 
     @property
     def method(self) -> str:
@@ -55,6 +62,10 @@ class DetectorSettings:
             f"min_effect={self.min_effect} "
             f"persistence={self.persistence} noise=k{self.noise.run_to_run}/f{self.noise.floor}"
         )
+
+    @property
+    def memory_method(self) -> str:
+        return f"exact min_effect={self.memory_min_effect}"
 
 
 @dataclass(frozen=True)
@@ -79,7 +90,9 @@ class Points:
 
     @classmethod
     def of(cls, runs: pa.Table) -> Points:
-        keys = runs.column("series_key").to_numpy(zero_copy_only=False)
+        # The detector's unit: the part of a series between two harness revisions.
+        group = "segment_key" if "segment_key" in runs.column_names else "series_key"
+        keys = runs.column(group).to_numpy(zero_copy_only=False)
         rank = runs.column("release_rank").to_numpy(zero_copy_only=False).astype(np.int64)
         med = runs.column("value_median").to_numpy(zero_copy_only=False).astype(np.int64)
         # Nullable integers come back as floats with NaN for nulls.
@@ -252,12 +265,22 @@ def _changes_of(
 ) -> Iterator[Change]:
     r0, r1 = p.releases(s)
     if deterministic:
+        # Against the level the series last settled at (not the previous point): a drift of
+        # small steps adds up to a change, and is reported where it crosses the minimum.
         v = p.vmax[r0:r1]
+        level = 0
         for i in range(1, len(v)):
-            if v[i] != v[i - 1]:
-                ratio = float(v[i]) / float(v[i - 1]) if v[i - 1] else math.inf
-                state = "alert" if v[i] > v[i - 1] else "improvement"
-                yield Change(s, [i - 1], [i], math.log(ratio), 0.0, math.inf, 0.0, True, state)
+            base = float(v[level])
+            if v[i] == v[level]:
+                continue
+            ratio = float(v[i]) / base if base else math.inf
+            if abs(ratio - 1.0) < settings.memory_min_effect:
+                continue
+            state = "alert" if v[i] > v[level] else "improvement"
+            yield Change(
+                s, list(range(level, i)), [i], math.log(ratio), 0.0, math.inf, 0.0, True, state
+            )
+            level = i
         return
     y_arr = p.log_mean[r0:r1]
     y = y_arr.tolist()
@@ -274,12 +297,48 @@ def _changes_of(
 
 
 FalseAlarmRate = Callable[[str, str], float | None]
+# States that say Liger's code may have changed; `environment` and `harness` say something else
+# did (the baselines moved too; the benchmark changed), and are never alerts.
+OPEN_STATES = frozenset({"alert", "improvement", "pending"})
+
+
+def _harness_changes(
+    p: Points, sigma: FloatArray, deterministic: npt.NDArray[np.bool_], settings: DetectorSettings
+) -> Iterator[Change]:
+    """The step between two parts of one series split by a harness revision, where there is
+    one: reported with state `harness`. The change is indexed from the earlier part: its
+    `after` point (one past that part's last) is the later part's first, points being stored
+    one part after the other."""
+    if p.n_series < 2:
+        return
+    series = p.table.column("series_key").take(pa.array(p.release_start[p.series_start]))
+    keys = series.to_pylist()
+    for s in range(p.n_series - 1):
+        if keys[s] != keys[s + 1]:
+            continue
+        r0, r1 = p.releases(s)
+        n = r1 - r0
+        if deterministic[s] and deterministic[s + 1]:
+            a, b = float(p.vmax[r1 - 1]), float(p.vmax[r1])
+            if a == b or (a and abs(b / a - 1.0) < settings.memory_min_effect):
+                continue
+            ratio = b / a if a else math.inf
+            yield Change(s, [n - 1], [n], math.log(ratio), 0.0, math.inf, 0.0, True, "harness")
+            continue
+        delta = float(p.log_mean[r1] - p.log_mean[r1 - 1])
+        sig = max(float(sigma[s]), float(sigma[s + 1]))
+        se = sig * math.sqrt(2.0)
+        z = delta / se if se > 0 else math.inf
+        if abs(math.expm1(delta)) < settings.min_effect or abs(z) < settings.z_threshold:
+            continue
+        yield Change(s, [n - 1], [n], delta, se, z, sig, False, "harness")
 
 
 def detect(
     runs: pa.Table,
     settings: DetectorSettings,
     false_alarm_rate: FalseAlarmRate | None = None,
+    history: History | None = None,
 ) -> list[dict[str, Any]]:
     """Every change in a bucket of whole series (as `with_series` returns), as table rows."""
     if runs.num_rows == 0:
@@ -293,28 +352,57 @@ def detect(
         for s in candidates
         for change in _changes_of(p, int(s), float(sigma[s]), bool(deterministic[s]), settings)
     ]
+    if "segment_key" in runs.column_names:
+        changes.extend(_harness_changes(p, sigma, deterministic, settings))
     if not changes:
         return []
     first_runs = pa.array([int(p.release_start[p.series_start[c.series]]) for c in changes])
-    metas = p.table.select(list(SERIES_META)).take(first_runs).to_pylist()
+    metas = _columns(p.table, SERIES_META).take(first_runs).to_pylist()
+    at_points = _columns(p.table, POINT_FIELDS).take(pa.array(p.release_start))
     cols = _Columns(
         p.table.column("external_id").to_pylist(),
-        p.table.column("liger_version").to_pylist(),
+        {name: at_points.column(name).to_pylist() for name in POINT_FIELDS},
         p.log_mean.tolist(),
         p.release_count.tolist(),
         p.release_start.tolist(),
         p.vmax.tolist(),
     )
+    controls = _Controls(p, cols)
+    hist = default_history() if history is None else history
     return [
-        _row(p, c, meta, cols, settings, false_alarm_rate)
+        _row(p, c, meta, cols, settings, false_alarm_rate, controls, hist)
         for c, meta in zip(changes, metas, strict=True)
     ]
+
+
+def _columns(table: pa.Table, names: tuple[str, ...]) -> pa.Table:
+    """`names` of `table`, a column of nulls for each it lacks (runs made before it existed,
+    the calibration's synthetic series)."""
+    out = table.select([n for n in names if n in table.column_names])
+    for n in names:
+        if n not in out.column_names:
+            out = out.append_column(n, pa.nulls(table.num_rows, _NULL_TYPES.get(n, pa.string())))
+    return out.select(list(names))
+
+
+# Per point (taken from its first run): the release label as upstream wrote it, the commit
+# and its position, the harness revision, the point's rank (comparable across the series of
+# one bucket).
+POINT_FIELDS = (
+    "liger_version",
+    "commit_sha",
+    "commit_position",
+    "harness_rev",
+    "release_rank",
+    "provider",
+)
+_NULL_TYPES = {"commit_position": pa.int64(), "release_rank": pa.int32()}
 
 
 @dataclass(frozen=True)
 class _Columns:
     external_id: list[str]
-    liger_version: list[str]
+    point: dict[str, list[Any]]  # POINT_FIELDS, one value per point
     log_mean: list[float]
     release_count: list[int]
     release_start: list[int]
@@ -335,7 +423,63 @@ SERIES_META = (
     "gpu_form_factor",
     "gpu_name",
     "software_class",
+    "origin",
 )
+# What a series shares with its controls: everything but the provider.
+CONTROL_FIELDS = tuple(f for f in SERIES_META if f not in ("series_key", "provider",
+                                                           "workload_slug", "x_value",
+                                                           "gpu_name"))  # fmt: skip
+
+
+class _Controls:
+    """The other providers measured in the same runs as a series: same kernel, pass, metric,
+    workload, protocol, machine and origin (a bucket holds all of a workload's providers).
+    Points are matched by rank: the same commit (or release, where no commit is known)."""
+
+    def __init__(self, p: Points, cols: _Columns) -> None:
+        self.p, self.cols = p, cols
+        firsts = pa.array(p.release_start[p.series_start])
+        meta = _columns(p.table, CONTROL_FIELDS).take(firsts)
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for s, key in enumerate(zip(*(meta.column(f).to_pylist() for f in CONTROL_FIELDS),
+                                    strict=True)):  # fmt: skip
+            # Without a workload (synthetic series) nothing says two series ran together.
+            if key[CONTROL_FIELDS.index("workload_digest")] is not None:
+                groups.setdefault(key, []).append(s)
+        self.siblings = {s: members for members in groups.values() for s in members}
+        self._levels: dict[int, dict[Any, float]] = {}
+
+    def _level(self, s: int) -> dict[Any, float]:
+        found = self._levels.get(s)
+        if found is None:
+            r0, r1 = self.p.releases(s)
+            ranks = self.cols.point["release_rank"]
+            found = self._levels[s] = {ranks[r]: self.cols.log_mean[r] for r in range(r0, r1)}
+        return found
+
+    def ratios(self, s: int, before: list[int], after: list[int]) -> dict[str, float]:
+        """Provider -> its ratio over the same step (the same before and after points)."""
+        ranks = self.cols.point["release_rank"]
+        providers = self.cols.point["provider"]
+        r0, _ = self.p.releases(s)
+        own = providers[r0]
+        b_ranks = [ranks[r0 + i] for i in before]
+        a_ranks = [ranks[r0 + i] for i in after]
+        out: dict[str, list[float]] = {}
+        for t in self.siblings.get(s, []):
+            t0, _ = self.p.releases(t)
+            if providers[t0] == own:
+                continue
+            level = self._level(t)
+            b = [level[r] for r in b_ranks if r in level]
+            a = [level[r] for r in a_ranks if r in level]
+            if a and b:
+                out.setdefault(providers[t0], []).append(sum(a) / len(a) - sum(b) / len(b))
+        return {k: math.exp(sum(v) / len(v)) for k, v in sorted(out.items())}
+
+
+def _release(tag: str | None) -> str | None:
+    return tag[1:] if tag and tag[0] in "vV" and tag[1:2].isdigit() else tag
 
 
 def _row(
@@ -345,6 +489,8 @@ def _row(
     cols: _Columns,
     settings: DetectorSettings,
     far: FalseAlarmRate | None,
+    controls: _Controls,
+    history: History,
 ) -> dict[str, Any]:
     r0, _ = p.releases(c.series)
 
@@ -352,12 +498,12 @@ def _row(
         start = cols.release_start[r0 + release]
         return cols.external_id[start : start + cols.release_count[r0 + release]]
 
-    def version(release: int) -> str:
-        return cols.liger_version[cols.release_start[r0 + release]]
+    def at(release: int, name: str) -> Any:
+        return cols.point[name][r0 + release]
 
     before_rel, after_rel = c.before[-1], c.after[0]
     if c.deterministic:
-        before_value = float(cols.vmax[r0 + before_rel])
+        before_value = float(cols.vmax[r0 + c.before[0]])
         after_value = float(cols.vmax[r0 + after_rel])
         ratio: float | None = after_value / before_value if before_value else None
         low = high = ratio
@@ -376,17 +522,34 @@ def _row(
         if meta["metric"] in DETERMINISTIC_METRICS
         else ("slower" if larger else "faster")
     )
-    after_version = version(after_rel)
+    after_version = at(after_rel, "liger_version")
+    after_commit = at(after_rel, "commit_sha")
     change_id = (
         "sha256:"
-        + hashlib.sha256(f"{meta['series_key']}|{after_version}|{direction}".encode()).hexdigest()
+        + hashlib.sha256(
+            f"{meta['series_key']}|{after_commit or after_version}|{direction}".encode()
+        ).hexdigest()
     )
     series_class = f"{meta['metric']}/{meta['operation_mode']}"
+    baselines = controls.ratios(c.series, c.before, c.after)
+    baseline_ratio = (
+        math.exp(sum(math.log(v) for v in baselines.values()) / len(baselines))
+        if baselines
+        else None
+    )
+    state = c.state
+    relative = ratio / baseline_ratio if ratio and baseline_ratio else None
+    if state in OPEN_STATES and baseline_ratio is not None and relative is not None and ratio:
+        effect = math.log1p(settings.memory_min_effect if c.deterministic else settings.min_effect)
+        shared = math.log(baseline_ratio) * c.log_ratio > 0
+        if shared and abs(math.log(baseline_ratio)) >= effect and abs(math.log(relative)) < effect:
+            state = "environment"
+    first_release = _release(history.first_release(after_commit)) if after_commit else after_version
     return {
         "change_id": change_id,
         **meta,
         "series_class": series_class,
-        "before_release": version(before_rel),
+        "before_release": at(before_rel, "liger_version"),
         "after_release": after_version,
         "before_releases": len(c.before),
         "after_releases": len(c.after),
@@ -404,13 +567,24 @@ def _row(
         "score": score,
         "noise": c.sigma,
         "direction": direction,
-        "state": c.state,
+        "state": state,
         "false_alarm_rate": far(meta["metric"], meta["operation_mode"]) if far else None,
-        "detector": "exact" if c.deterministic else settings.method,
+        "detector": settings.memory_method if c.deterministic else settings.method,
+        "before_commit": at(before_rel, "commit_sha"),
+        "after_commit": after_commit,
+        "before_position": at(before_rel, "commit_position"),
+        "after_position": at(after_rel, "commit_position"),
+        "first_release": first_release,
+        "before_harness": at(before_rel, "harness_rev"),
+        "after_harness": at(after_rel, "harness_rev"),
+        "baseline_ratio": baseline_ratio,
+        "baseline_providers": sorted(baselines),
+        "relative_ratio": relative,
+        "kernels_at_step": None,
     }
 
 
-POINT_COLUMNS = (*SERIES_META, "liger_version", "release_rank")
+POINT_COLUMNS = (*SERIES_META, "liger_version", "release_rank", "commit_sha", "commit_position")
 
 
 def release_points(runs: pa.Table, settings: DetectorSettings) -> pa.Table:
@@ -430,7 +604,7 @@ def release_points(runs: pa.Table, settings: DetectorSettings) -> pa.Table:
     with np.errstate(divide="ignore", invalid="ignore"):
         l20 = np.add.reduceat(np.log(p20), p.release_start) / p.release_count
         l80 = np.add.reduceat(np.log(p80), p.release_start) / p.release_count
-    meta = runs.select(list(POINT_COLUMNS)).take(pa.array(p.release_start))
+    meta = _columns(runs, POINT_COLUMNS).take(pa.array(p.release_start))
     return (
         meta.append_column("value", pa.array(np.exp(p.log_mean)))
         .append_column("value_p20", pa.array(np.exp(l20)))

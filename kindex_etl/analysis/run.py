@@ -11,11 +11,13 @@ from typing import IO, Any, Protocol
 import pandas as pd
 import pyarrow as pa
 
+from ..extract.history import History, default_history
 from ..memory import pin_mmap_threshold, release_unused_memory, use_bulk_arrow_pool
 from ..storage import ObjectStore, open_store
 from .calibration import Calibration, default_calibration
+from .controls import mark_baseline_steps, mark_shared_steps
 from .detect import release_points
-from .series import BUCKET_ROWS, RunSource, version_order
+from .series import BUCKET_ROWS, RunSource, touched_since, version_order
 from .spill import PointSpill, RunIdSpill
 
 
@@ -38,6 +40,7 @@ class Analysis:
     commit: int | None = None
     report: str | None = None
     elapsed_s: float = 0.0
+    incremental: bool = False  # only the series recent ingests touched were analysed
     run_ids: RunIdSpill = field(default_factory=RunIdSpill, repr=False, compare=False)
 
     @property
@@ -61,6 +64,7 @@ class Analysis:
             "commit": self.commit,
             "report": self.report,
             "elapsed_s": self.elapsed_s,
+            "incremental": self.incremental,
         }
 
     def full_changes(self, rows: list[dict[str, Any]] | None = None) -> Iterator[dict[str, Any]]:
@@ -86,10 +90,14 @@ def detect_changes(
     since: str | None = None,
     bucket_rows: int = BUCKET_ROWS,
     points: PointSink | None = None,
+    history: History | None = None,
+    after_seq: int | None = None,
 ) -> Analysis:
     """Every change in the committed runs, one bucket of whole series at a time.
 
-    `since`: only changes whose after-release is at or above it (PEP 440). When `points` is
+    `since`: only changes whose after-release is at or above it (PEP 440). `after_seq`: only
+    the series that ingests committed after that warehouse commit touched (all of them where
+    the log cannot say); `Analysis.incremental` says which happened. When `points` is
     given (a list, a `PointSpill`), each bucket's release points are appended to it (for the
     report and comparisons). The changes' run ids go to `Analysis.run_ids` bucket by bucket.
     """
@@ -97,13 +105,15 @@ def detect_changes(
 
     started = time.perf_counter()
     cal = calibration or default_calibration()
-    source = RunSource.open(store, bucket_rows=bucket_rows)
-    result = Analysis(warehouse=store.url, seq=source.seq)
+    hist = default_history() if history is None else history
+    only = touched_since(store, after_seq) if after_seq is not None else None
+    source = RunSource.open(store, bucket_rows=bucket_rows, history=hist, only=only)
+    result = Analysis(warehouse=store.url, seq=source.seq, incremental=only is not None)
     floor = version_order(since) if since else None
     for bucket in source.buckets():
         result.runs += bucket.num_rows
         result.series += len(bucket.column("series_key").unique())
-        rows = detect(bucket, cal.settings, cal.false_alarm_rate)
+        rows = detect(bucket, cal.settings, cal.false_alarm_rate, hist)
         if floor is not None:
             rows = [r for r in rows if version_order(r["after_release"]) >= floor]
         result.run_ids.take(rows)
@@ -111,6 +121,8 @@ def detect_changes(
         if points is not None:
             points.append(release_points(bucket, cal.settings))
         del bucket  # else it stays alive while the next one is read and sorted
+    mark_baseline_steps(result.changes)
+    mark_shared_steps(result.changes, cal.settings.environment_kernels)
     result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result
@@ -134,8 +146,14 @@ def run_regressions(
     write: bool = True,
     report: bool = True,
     calibration: Calibration | None = None,
+    history: History | None = None,
+    after_seq: int | None = None,
 ) -> Analysis:
-    """Detect, commit the changes that are new (or changed state), rewrite the report."""
+    """Detect, commit the changes that are new (or changed state), rewrite the report.
+
+    `after_seq`: analyse only the series touched by ingests after that commit (an hourly
+    ingest's); the report, a view of every series, is then left as the last full analysis
+    wrote it."""
     from .publish import commit_changes
 
     started = time.perf_counter()
@@ -146,7 +164,14 @@ def run_regressions(
     points = PointSpill() if report and write else None
     cal = calibration or default_calibration()
     try:
-        result = detect_changes(store, calibration=cal, since=since, points=points)
+        result = detect_changes(
+            store,
+            calibration=cal,
+            since=since,
+            points=points,
+            history=history,
+            after_seq=after_seq,
+        )
         if write:
             result.commit, result.new = commit_changes(
                 store, result.changes, analysed_seq=result.seq, attach=result.run_ids.attach
@@ -159,7 +184,7 @@ def run_regressions(
             wh.refresh()
             known = known_states(wh)
             result.new = [c for c in result.changes if known.get(c["change_id"]) != c["state"]]
-        if points is not None:
+        if points is not None and not result.incremental:
             from ..report import write_report
 
             result.report = write_report(store, points, result.changes, cal, result.seq)

@@ -3,6 +3,11 @@
 Rows are appended, never rewritten: an analysis writes a row for a change it sees for the first
 time and again when its state moves (`pending` -> `alert` once the change persisted). The
 current state of a change is its row with the highest `warehouse_seq`.
+
+States: `alert` (slower or larger), `improvement`, `pending` (seen at the newest point only),
+and two that are never alerts: `environment` (the other providers measured in the same runs
+moved with it, or many kernels moved at the same commit) and `harness` (the step lies across a
+revision of the benchmark script or the reference code it times).
 """
 
 from __future__ import annotations
@@ -54,6 +59,26 @@ REGRESSIONS_SCHEMA = pa.schema(
         ("false_alarm_rate", pa.float64()),
         ("detector", pa.string()),
         ("warehouse_seq", pa.int64()),
+        # Where the change is in upstream's history: the last commit measured before it and
+        # the first after (with their positions), the release that first shipped the after
+        # commit (null: none yet), and the series' origin (`ci`, `contributed`, `rerun`).
+        ("origin", pa.string()),
+        ("before_commit", pa.string()),
+        ("after_commit", pa.string()),
+        ("before_position", pa.int64()),
+        ("after_position", pa.int64()),
+        ("first_release", pa.string()),
+        # The benchmark's harness revision in force on each side (a step between two is
+        # state `harness`), the other providers' ratio over the same step (geometric mean;
+        # their names) and this series' ratio relative to it (`environment` when only that
+        # is within the minimum effect), and how many kernels stepped the same way at the
+        # same commit on the same kind of machine.
+        ("before_harness", pa.string()),
+        ("after_harness", pa.string()),
+        ("baseline_ratio", pa.float64()),
+        ("baseline_providers", pa.list_(pa.string())),
+        ("relative_ratio", pa.float64()),
+        ("kernels_at_step", pa.int32()),
     ]
 )
 

@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 import rfc8785
 from packaging.version import InvalidVersion, Version
 
+from ..extract.history import History, default_history
 from ..load.writers import groups_by_code
 from ..storage import NotFound, ObjectStore
 from .spill import read_ipc
@@ -45,6 +46,7 @@ SERIES_FIELDS = (
     "gpu_product",
     "gpu_form_factor",
     "software_class",
+    "origin",
 )
 
 # Which software facts make a different kind of machine, and how much of each version counts:
@@ -77,7 +79,18 @@ RUN_COLUMNS = [
     "value_median",
     "value_p20",
     "value_p80",
+    "source_kernel",
+    "origin",
+    "commit_sha",
+    "commit_position",
 ]
+# Columns that warehouses written before them lack: read as nulls there.
+_OPTIONAL = {
+    "source_kernel": pa.string(),
+    "origin": pa.string(),
+    "commit_sha": pa.string(),
+    "commit_position": pa.int64(),
+}
 SNAPSHOT = "_kindex/snapshot.json"
 RUNS = "benchmark_runs"
 ENVIRONMENTS = "execution_environments"
@@ -157,8 +170,26 @@ def _parquet_source(store: ObjectStore, key: str) -> Path | pa.BufferReader:
         return pa.BufferReader(fh.read())
 
 
+def _present(names: list[str], columns: list[str] | None) -> list[str] | None:
+    if columns is None:
+        return None
+    return [c for c in columns if c in names or c not in _OPTIONAL]
+
+
+def _completed(table: pa.Table, columns: list[str] | None) -> pa.Table:
+    """`table` with the optional columns it lacks as nulls, in `columns`' order."""
+    if columns is None:
+        return table
+    for c in columns:
+        if c not in table.column_names:
+            table = table.append_column(c, pa.nulls(table.num_rows, _OPTIONAL[c]))
+    return table.select(columns)
+
+
 def read_parquet(store: ObjectStore, key: str, columns: list[str] | None = None) -> pa.Table:
-    return pq.read_table(_parquet_source(store, key), columns=columns)
+    source = pq.ParquetFile(_parquet_source(store, key))
+    wanted = _present(source.schema_arrow.names, columns)
+    return _completed(source.read(columns=wanted), columns)
 
 
 def iter_parquet(
@@ -166,16 +197,18 @@ def iter_parquet(
 ) -> Iterator[pa.Table]:
     """A Parquet object's row groups, one table each, in order."""
     source = pq.ParquetFile(_parquet_source(store, key))
+    wanted = _present(source.schema_arrow.names, columns)
     for i in range(source.num_row_groups):
-        yield source.read_row_group(i, columns=columns)
+        yield _completed(source.read_row_group(i, columns=wanted), columns)
 
 
 # What every run of one series shares that a run's own columns say (the GPU and software
 # class come from its environment, and one class spans environments): runs are bucketed by a
 # hash of these. The workload digest alone made buckets as uneven as workloads are popular
 # (742 workloads over 17.5M runs: the largest of 256 buckets held 287k runs, 4x the mean).
-BUCKET_FIELDS = ("kernel", "operation_mode", "metric", "provider", "workload_digest",
-                 "protocol_digest")  # fmt: skip
+# Not the provider: a step is judged against the other providers measured in the same runs
+# (`controls`), so all of a workload's providers are analysed in one bucket.
+BUCKET_FIELDS = ("kernel", "operation_mode", "metric", "workload_digest", "protocol_digest")
 
 
 def bucket_name(fields: Iterable[str | None], digits: int) -> str:
@@ -239,9 +272,20 @@ def release_ranks(versions: set[str]) -> dict[str, int]:
 
 
 def with_series(
-    runs: pa.Table, machines: Mapping[str, Machine], ranks: Mapping[str, int]
+    runs: pa.Table,
+    machines: Mapping[str, Machine],
+    ranks: Mapping[str, int],
+    history: History | None = None,
 ) -> pa.Table:
-    """Passed runs with GPU product, form factor, software class, release rank and series key."""
+    """Passed runs with GPU product, form factor, software class, series key and their point.
+
+    A series' points are upstream commits in history order where the run names its commit
+    (`points`), else releases (PEP 440) as before: `release_rank` is the point's rank (equal
+    ranks, one point), `commit_position` the commit's position per `history` (the stored one
+    where the catalog does not know it), `harness_rev` the harness revision in force there and
+    `segment_key` the part of the series between two harness revisions (the detector's unit).
+    """
+    hist = default_history() if history is None else history
     runs = runs.filter(
         pc.and_(pc.equal(runs.column("status"), "passed"), pc.is_valid(runs.column("value_median")))
     )
@@ -262,12 +306,7 @@ def with_series(
     runs = runs.append_column(
         "software_class", pc.take(pa.array([m.software_class for m in info], pa.string()), index)
     )
-    versions = sorted(ranks)
-    vindex = pc.index_in(runs.column("liger_version"), value_set=pa.array(versions, pa.string()))
-    runs = runs.append_column(
-        "release_rank",
-        pc.take(pa.array([ranks[v] for v in versions], pa.int32()), vindex),
-    )
+    runs = points(runs, ranks, hist)
     # One key per distinct field combination (nulls kept as nulls: a GPU without a form factor
     # is a value, not a wildcard), mapped back onto the runs.
     joined = pc.binary_join_element_wise(
@@ -293,9 +332,119 @@ def with_series(
         pa.string(),
     )
     runs = runs.append_column("series_key", pc.take(keys, pc.index_in(joined, value_set=combos)))
+    runs = runs.append_column(
+        "segment_key",
+        pc.binary_join_element_wise(
+            runs.column("series_key"), pc.fill_null(runs.column("harness_rev"), ""), "|"
+        ),
+    )
     return runs.sort_by(
         [("series_key", "ascending"), ("release_rank", "ascending"), ("observed_at", "ascending")]
     )
+
+
+def points(runs: pa.Table, ranks: Mapping[str, int], history: History) -> pa.Table:
+    """`release_rank` (the point's rank), resolved `commit_position` and `harness_rev`.
+
+    Point order: the release label first (PEP 440; upstream's labels never go back along
+    main), then the commit's position; a commit the history does not know comes after the
+    known ones of its label, by the first time it was measured. Runs with no commit (the
+    cumulative file's) are one point per release, as before commits were known.
+    """
+    n = runs.num_rows
+    versions = sorted(ranks)
+    vindex = pc.index_in(runs.column("liger_version"), value_set=pa.array(versions, pa.string()))
+    vrank = pc.fill_null(
+        pc.take(pa.array([ranks[v] for v in versions], pa.int64()), vindex), -1
+    ).to_numpy(zero_copy_only=False)
+    sha_enc = pc.dictionary_encode(runs.column("commit_sha")).combine_chunks()
+    shas = sha_enc.dictionary.to_pylist()
+    sha_code = pc.fill_null(sha_enc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    known = [history.position(s) for s in shas]
+    stored = runs.column("commit_position").to_numpy(zero_copy_only=False)
+    stored = np.where(np.isnan(stored.astype(np.float64)), -1, stored).astype(np.int64)
+    pos = np.where(
+        sha_code >= 0,
+        np.asarray([-1 if k is None else k for k in known] + [-1], np.int64)[sha_code],
+        -1,
+    )
+    pos = np.where((pos < 0) & (sha_code >= 0), stored, pos)
+    first_seen = np.zeros(n, np.int64)
+    if (sha_code >= 0).any():
+        seconds = pc.cast(
+            pc.cast(runs.column("observed_at"), pa.timestamp("s", tz="UTC")), pa.int64()
+        ).to_numpy(zero_copy_only=False)
+        earliest = np.full(len(shas), np.iinfo(np.int64).max, np.int64)
+        has = sha_code >= 0
+        np.minimum.at(earliest, sha_code[has], seconds[has])
+        first_seen = np.where(has, earliest[np.maximum(sha_code, 0)], 0)
+    tier = np.where(sha_code < 0, 0, np.where(pos >= 0, 1, 2))
+    value = np.where(tier == 1, pos, np.where(tier == 2, first_seen, 0))
+    combo = np.rec.fromarrays([vrank, tier, value, sha_code])
+    _, rank = np.unique(combo, return_inverse=True)
+    position = pa.array(np.where(pos >= 0, pos, 0), pa.int64(), mask=pos < 0)
+    harness = pa.nulls(n, pa.string())
+    if history.has_harness and n:
+        kenc = pc.dictionary_encode(runs.column("source_kernel")).combine_chunks()
+        names = kenc.dictionary.to_pylist()
+        kcode = pc.fill_null(kenc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        pairs, where = np.unique(np.rec.fromarrays([kcode, pos]), return_inverse=True)
+        revs = [
+            history.harness_revision(names[k] if k >= 0 else None, int(p) if p >= 0 else None)
+            for k, p in pairs.tolist()
+        ]
+        harness = pa.array(revs, pa.string()).take(pa.array(where.reshape(-1)))
+    out = runs.drop_columns(["commit_position"])
+    return (
+        out.append_column("commit_position", position)
+        .append_column("release_rank", pa.array(rank.reshape(-1).astype(np.int32), pa.int32()))
+        .append_column("harness_rev", pa.array(harness, pa.string()))
+    )
+
+
+@dataclass(frozen=True)
+class Touched:
+    """The series an ingest touched, as their `BUCKET_FIELDS` (joined as the buckets join
+    them): every provider of a touched workload and pass comes along, for the controls."""
+
+    groups: frozenset[str]
+    kernels: frozenset[str]
+
+
+def touched_since(store: ObjectStore, after_seq: int) -> Touched | None:
+    """The series whose runs files were committed by ingests after `after_seq`; None where the
+    log no longer says (a checkpoint after it, a rebuild, a file gone): analyse everything."""
+    from ..load.record import INGEST
+    from ..load.warehouse import Warehouse
+
+    records = Warehouse(store).refresh()
+    if not records or records[0].seq is None or records[0].seq > after_seq + 1:
+        return None
+    later = [r for r in records if r.seq is not None and r.seq > after_seq]
+    if any(r.rebuild for r in later):
+        return None
+    keys = [f.key for r in later if r.kind == INGEST for f in r.files
+            if f.key.startswith(RUNS + "/")]  # fmt: skip
+    live = set(read_snapshot(store)["tables"].get(RUNS, []))
+    if live <= set(keys):
+        return None  # every run is new: that is the whole warehouse
+    groups: set[str] = set()
+    kernels: set[str] = set()
+    try:
+        for key in keys:
+            table = read_parquet(store, key, list(BUCKET_FIELDS))
+            joined = pc.binary_join_element_wise(
+                *[table.column(f).cast(pa.string()) for f in BUCKET_FIELDS],
+                _SEP,
+                null_handling="replace",
+                null_replacement=_NULL,
+            )
+            groups.update(pc.unique(joined).to_pylist())
+            kernels.update(k for k in pc.unique(table.column("kernel").cast(pa.string()))
+                           .to_pylist() if k is not None)  # fmt: skip
+    except (NotFound, FileNotFoundError):
+        return None
+    return Touched(frozenset(groups), frozenset(kernels))
 
 
 @dataclass
@@ -305,10 +454,19 @@ class RunSource:
     store: ObjectStore
     snapshot: dict[str, Any]
     bucket_rows: int = BUCKET_ROWS
+    history: History | None = None  # None: the packaged catalog's
+    only: Touched | None = None  # None: every series
 
     @classmethod
-    def open(cls, store: ObjectStore, *, bucket_rows: int = BUCKET_ROWS) -> RunSource:
-        return cls(store, read_snapshot(store), bucket_rows)
+    def open(
+        cls,
+        store: ObjectStore,
+        *,
+        bucket_rows: int = BUCKET_ROWS,
+        history: History | None = None,
+        only: Touched | None = None,
+    ) -> RunSource:
+        return cls(store, read_snapshot(store), bucket_rows, history, only)
 
     @property
     def seq(self) -> int:
@@ -334,12 +492,41 @@ class RunSource:
         while total / 16**digits > self.bucket_rows and digits < 3:
             digits += 1
         if digits == 0:
-            table = pa.concat_tables(
-                [read_parquet(self.store, k, cols) for k in files], promote_options="permissive"
-            )
-            yield with_series(table, machines, ranks)
+            parts = [t for k in files for t in self._row_groups(k, cols)]
+            if not parts:
+                return
+            table = pa.concat_tables(parts, promote_options="permissive")
+            yield with_series(table, machines, ranks, self.history)
             return
         yield from self._spilled(files, cols, digits, machines, ranks)
+
+    def _row_groups(self, key: str, cols: list[str]) -> Iterator[pa.Table]:
+        """A runs file's row groups; with `only`, the touched series' rows of the row groups
+        whose kernel statistics can hold one (the others are not read)."""
+        if self.only is None:
+            yield from iter_parquet(self.store, key, cols)
+            return
+        source = pq.ParquetFile(_parquet_source(self.store, key))
+        wanted = _present(source.schema_arrow.names, cols)
+        kernel_at = source.schema_arrow.names.index("kernel")
+        for i in range(source.num_row_groups):
+            stats = source.metadata.row_group(i).column(kernel_at).statistics
+            if (
+                stats is not None
+                and stats.has_min_max
+                and not any(stats.min <= k <= stats.max for k in self.only.kernels)
+            ):
+                continue
+            table = _completed(source.read_row_group(i, columns=wanted), cols)
+            joined = pc.binary_join_element_wise(
+                *[table.column(f) for f in BUCKET_FIELDS],
+                _SEP,
+                null_handling="replace",
+                null_replacement=_NULL,
+            )
+            keep = pc.is_in(joined, value_set=pa.array(sorted(self.only.groups), pa.string()))
+            if pc.any(keep).as_py():
+                yield table.filter(keep)
 
     def _total_rows(self, files: list[str]) -> int:
         """Runs in `files`: Parquet footers locally; on a bucket, the commit records' counts
@@ -365,7 +552,7 @@ class RunSource:
             # A row group at a time (a compacted release file holds a million runs or more),
             # each split into its buckets by one sort, not one filter pass per bucket.
             for key in files:
-                for table in iter_parquet(self.store, key, cols):
+                for table in self._row_groups(key, cols):
                     if spill is None:
                         spill = _BucketFiles(Path(tmp), table.schema)
                     for name, part in _split_by_group(table.cast(spill.schema), digits):
@@ -375,7 +562,7 @@ class RunSource:
             for path in paths:
                 # Not bound to a name here: a suspended generator would keep the bucket's
                 # unsorted runs alive beside the sorted ones while the caller analyses them.
-                yield with_series(read_ipc(path), machines, ranks)
+                yield with_series(read_ipc(path), machines, ranks, self.history)
 
 
 SPILL_BATCH_ROWS = 16_384

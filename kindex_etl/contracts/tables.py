@@ -88,6 +88,12 @@ RUN_SCHEMA = pa.schema(
         _s("source_key", ROW),
         _s("source_etag", ROW),
         _field("source_row", pa.int64(), ROW),
+        # Where the run came from (`extract.origin`): `ci`, `contributed`, `rerun`; null if
+        # unknown. The upstream commit measured and its position in upstream's first-parent
+        # history of main (the history catalog at ingest; null where either is unknown).
+        _s("origin", ROW),
+        _s("commit_sha", ROW),
+        _field("commit_position", pa.int64(), ROW),
     ]
 )
 

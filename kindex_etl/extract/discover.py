@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
+from kindex_etl.extract.origin import identity_of, source_rank
 from kindex_etl.storage import NotFound, ObjectInfo, ObjectStore, UnsafeKey
 
 ENVIRONMENT_SIDECAR = "environment.json"
@@ -31,7 +33,9 @@ def discover(
     prefix: str = "",
     include: Callable[[ObjectInfo], bool] | None = None,
 ) -> list[Candidate]:
-    """Every `*.csv` under `prefix`, at any depth, in key order.
+    """Every `*.csv` under `prefix`, at any depth: per-commit files first (oldest commit first),
+    the cumulative file last (`origin.source_rank`): of copies of one measurement, dedup keeps
+    the first, which must be the one from the commit that measured it.
 
     A CSV whose folder holds an `environment.json` (what our GPU re-runs upload) gets those
     host facts as its environment's software; upstream folders have none.
@@ -61,7 +65,17 @@ def discover(
                         {str(k): str(v) for k, v in software_facts.items() if v is not None}
                     ).decode()
         out.append(Candidate(info=info, software=software))
+    out.sort(key=_ingest_order)
     return out
+
+
+def _ingest_order(c: Candidate) -> tuple[int, float, str]:
+    """Per-commit files in history order (oldest commit first; those the history catalog does
+    not know after them), then the rest, the cumulative file last; key order within."""
+    from kindex_etl.extract.history import default_history
+
+    position = default_history().position(identity_of(c.key).commit_sha)
+    return (source_rank(c.key), math.inf if position is None else position, c.key)
 
 
 def pending(candidates: Iterable[Candidate], done: Mapping[str, str]) -> list[Candidate]:

@@ -50,6 +50,7 @@ from kindex_etl.normalize.descriptors import (
 )
 from kindex_etl.normalize.documents import fragments, head_of, json_str, run_documents
 from kindex_etl.normalize.key_index import KeyIndex
+from kindex_etl.normalize.origin_columns import origin_columns
 from kindex_etl.normalize.quarantine import quarantine_table
 
 _EPOCH_LIMIT = 1 << 32
@@ -473,6 +474,7 @@ class PreparedBatch:
     source_etag: str
     lines: np.ndarray  # per input row
     releases: pa.Array  # per input row: its liger_version
+    software: str = ""  # host facts of the object's environment.json ("" for upstream)
 
     def versions(self, keep: np.ndarray) -> set[str]:
         """The releases of the kept rows (a descriptor's release is its row's text)."""
@@ -495,7 +497,7 @@ class PreparedBatch:
             good, gid, ts_codes = good[keep], gid[keep], ts_codes[keep]
         return _build_runs(
             self.table, good, gid, self.values, self.source_key, self.source_etag, self.lines,
-            self.stamps, ts_codes,
+            self.stamps, ts_codes, self.software,
         )  # fmt: skip
 
 
@@ -859,6 +861,7 @@ class ColumnarNormalizer:
             source_etag=source_etag,
             lines=lines,
             releases=batch.column("liger_version"),
+            software=software,
         )
 
     def _out_of_range(
@@ -904,6 +907,7 @@ def _build_runs(
     lines: np.ndarray,
     stamps: Timestamps,
     ts_codes: np.ndarray,
+    software: str = "",
 ) -> tuple[pa.Table, pa.StringArray]:
     """The run columns and documents of rows `good` (descriptors `gid`, timestamps `ts_codes`)."""
     # A batch's dictionaries hold only the descriptors it uses: with the whole process's
@@ -976,6 +980,9 @@ def _build_runs(
         source_key=pa.array([source_key] * n, pa.string()),
         source_etag=pa.array([source_etag] * n, pa.string()),
         source_row=pa.array(lines[good], pa.int64()),
+        **origin_columns(
+            source_key, software, cols["liger_version"].take(take), observed=observed_at
+        ),
     )
     runs = pa.table([table_cols[f.name] for f in RUN_SCHEMA], schema=RUN_WRITE_SCHEMA)
     return runs, json_lines

@@ -8,11 +8,14 @@ from importlib import resources
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from kindex_etl.analysis.calibration import (
+    FAR_S,
     _arrays,
     aa_pairs,
     default_calibration,
+    load_pairs,
     measure,
     read_points,
     residual_pool,
@@ -25,6 +28,7 @@ from tests.helpers import FIXTURES, SAMPLE_CSV
 
 H200 = FIXTURES / "h200_rerun_0.8.5"
 PAIRS = [H200 / "benchmark.csv", H200 / "repeat/benchmark.csv"]
+UPSTREAM_PAIRS = FIXTURES / "upstream_pairs" / "gh-pages-since-2025-06-01.csv.gz"
 
 
 def test_real_aa_pairs_are_the_h200_repeats_and_the_sample_has_none() -> None:
@@ -72,9 +76,20 @@ def test_warehouse_pairs_find_upstream_repeats_under_two_sweeps(tmp_path: Path) 
 def test_packaged_calibration_is_what_the_real_pairs_fit(tmp_path: Path) -> None:
     text = resources.files("kindex_etl.analysis").joinpath("calibration.json").read_text()
     data = json.loads(text)
-    pairs = warehouse_pairs(open_store(_sample_and_h200(tmp_path)))
+    # The sample and our H200 repeats, plus upstream's gh-pages history since 2025-06 (same
+    # commits re-run days apart), saved as pairs since the history itself is not in the repo.
+    saved = load_pairs([UPSTREAM_PAIRS])
+    pairs = pd.concat(
+        [warehouse_pairs(open_store(_sample_and_h200(tmp_path))), saved], ignore_index=True
+    )
     model = fit(*_arrays(pairs[pairs["metric_name"] == "speed"]))
     assert data["noise"] == {"run_to_run": model.run_to_run, "floor": model.floor}
+    assert data["aa_pairs"]["from_saved_pairs"] == len(saved) == 5380
+    far = data["host_variance"][UPSTREAM_PAIRS.name]["speed/full"]
+    assert far["far_pairs"] == int(
+        ((saved["gap_s"] >= FAR_S) & (saved["kernel_operation_mode"] == "full")
+         & (saved["metric_name"] == "speed")).sum()
+    )  # fmt: skip
     cal = default_calibration()
     rates = data["measured"]["false_alarm_rate"]
     for cls in ("speed/full", "speed/forward", "speed/backward", "memory/full"):

@@ -76,19 +76,32 @@ def test_small_steps_below_the_minimum_effect_are_not_changes(tmp_path: Path) ->
     assert detect_changes(open_store(wh)).changes == []
 
 
-def test_memory_change_of_one_byte_is_found(tmp_path: Path) -> None:
-    one_byte = 1 / 1048576
-    mem = [512.0] * 5 + [512.0 + one_byte] * 3
-    same = [512.0] * 8
+def test_memory_minimum_effect(tmp_path: Path) -> None:
+    # One byte and x1.0000003 (an upstream memory series moved by that much) are no change;
+    # 1 % is. Drift below the minimum that adds up past it is one change, where it crosses.
+    tiny = [512.0] * 5 + [512.0 + 1 / 1048576] * 3
+    x3e7 = [4700.0] * 4 + [4700.0 * 1.0000003] * 4
+    step = [512.0] * 5 + [512.0 * 1.01] * 3
+    drift = [1000.0, 1000.0, 1002.0, 1004.0, 1006.0, 1006.0, 1006.0, 1006.0]
     wh = build_warehouse(
         tmp_path,
-        [series_rows(mem, metric="memory"), series_rows(same, metric="memory", day=2, x="4096")],
+        [
+            series_rows(tiny, metric="memory"),
+            series_rows(x3e7, metric="memory", day=2, x="4096"),
+            series_rows(step, metric="memory", day=3, x="8192"),
+            series_rows(drift, metric="memory", day=4, x="16384"),
+        ],
     )
-    (c,) = detect_changes(open_store(wh)).changes
-    assert c["metric"] == "memory" and c["x_value"] == "2048"
-    assert (c["before_value"], c["after_value"]) == (512 * 1048576, 512 * 1048576 + 1)
+    changes = {c["x_value"]: c for c in detect_changes(open_store(wh)).changes}
+    assert set(changes) == {"8192", "16384"}
+    c = changes["8192"]
+    assert (c["before_value"], c["after_value"]) == (512 * 1048576, round(512 * 1.01 * 1048576))
     assert (c["before_release"], c["after_release"]) == (RELEASES[4], RELEASES[5])
-    assert c["state"] == "alert" and c["direction"] == "larger" and c["detector"] == "exact"
+    assert c["state"] == "alert" and c["direction"] == "larger"
+    assert c["detector"] == "exact min_effect=0.005"
+    d = changes["16384"]  # 1000 -> 1006 crosses 0.5 % at the fifth release (x1.006)
+    assert (d["before_release"], d["after_release"]) == (RELEASES[3], RELEASES[4])
+    assert d["after_value"] / d["before_value"] == pytest.approx(1.006)
 
 
 def test_sample_and_real_h200_repeats_raise_no_alert(tmp_path: Path) -> None:

@@ -86,9 +86,11 @@ def test_backfill_on_dask_builds_the_sequential_warehouse(
     assert diff_warehouses.compare(str(seq), str(fan), set()) == []
     assert {k: fanned[k] for k in COUNTS} == {k: sequential[k] for k in COUNTS}
     assert len(fanned["commits"]) == len(sequential["commits"]) > 2
-    # The cumulative file first, then every per-commit file: each in exactly one commit.
+    # Every per-commit file, then the cumulative file (its copies of their rows are the
+    # duplicates: the runs keep their commit, origin `ci`): each in exactly one commit.
     objects = _committed_objects(fan)
-    assert objects[0] == "benchmark/data/all_benchmark_data.csv"
+    assert objects[-1] == "benchmark/data/all_benchmark_data.csv"
+    assert objects[0] == upstream.key(upstream.entries[0])
     expected = ["benchmark/data/all_benchmark_data.csv"] + [
         upstream.key(e) for e in upstream.entries
     ]

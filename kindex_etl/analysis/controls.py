@@ -1,0 +1,59 @@
+"""Steps that are not Liger's code: a baseline's own, and one many kernels take at one commit.
+
+A change in the series of a provider that does not run Liger's code (torch, huggingface,
+torch_compile, ...) is `environment` whatever its size: the reference code or the software
+under it moved (`mark_baseline_steps`).
+
+Upstream pins neither torch nor triton: a new version, a driver or another host under the
+benchmark job moves kernels that no commit touched. Per kind of machine (GPU, software class,
+origin), metric and direction, the changes that start at the same point (the same commit, or
+release where no commit is known) are counted by kernel; at `kernels` or more, each open change
+there becomes `environment`. Every change row gets the count (`kernels_at_step`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from .detect import OPEN_STATES
+
+_STEP = ("origin", "gpu_product", "gpu_form_factor", "software_class", "metric", "direction")
+
+
+def step_of(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (*(row.get(f) for f in _STEP), row.get("after_commit") or row["after_release"])
+
+
+def mark_shared_steps(rows: Sequence[dict[str, Any]], kernels: int) -> None:
+    """Set `kernels_at_step` on every row; open changes at a shared step become `environment`."""
+    counted: dict[tuple[Any, ...], set[str]] = {}
+    for r in rows:
+        if r["state"] != "harness":
+            counted.setdefault(step_of(r), set()).add(r["kernel"])
+    for r in rows:
+        n = len(counted.get(step_of(r), ()))
+        r["kernels_at_step"] = n
+        if r["state"] in OPEN_STATES and n >= kernels:
+            r["state"] = "environment"
+
+
+@functools.cache
+def is_liger(kernel: str | None, provider: str | None) -> bool:
+    """Whether `provider` runs Liger's code for `kernel`: the catalog's `liger_provider`, or any
+    provider named `liger...` (variants such as `liger-fp32-accum`)."""
+    from ..catalog import default_catalog
+
+    if provider is None:
+        return False
+    info = default_catalog().kernel(kernel) if kernel else None
+    own = info.liger_provider if info is not None else "liger"
+    return provider == own or provider.startswith("liger")
+
+
+def mark_baseline_steps(rows: Sequence[dict[str, Any]]) -> None:
+    """Open changes of providers that do not run Liger's code become `environment`."""
+    for r in rows:
+        if r["state"] in OPEN_STATES and not is_liger(r["kernel"], r["provider"]):
+            r["state"] = "environment"

@@ -1,0 +1,238 @@
+"""Series of upstream commits in history order: origins apart, controls, harness revisions."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from kindex_etl.analysis.alerts import event
+from kindex_etl.analysis.run import detect_changes
+from kindex_etl.api import IngestOptions, ingest
+from kindex_etl.extract.history import History
+from kindex_etl.storage import open_store
+from tests.helpers import row, write_csv
+
+# Eight commits on main: `a000000` oldest. Between tags upstream's label is the previous
+# release's number: the four commits after v0.6.4 all say "0.6.4" and shipped in 0.6.5.
+SHAS = [f"a{i:06x}" for i in range(8)]
+LABELS = ["0.6.3", "0.6.4", "0.6.4", "0.6.4", "0.6.4", "0.6.5", "0.6.5", "0.6.5"]
+FIRST = ["v0.6.3", "v0.6.4", "v0.6.5", "v0.6.5", "v0.6.5", "v0.6.5", None, None]
+KERNEL = "megatron_rms_norm"
+
+
+def history(harness: dict[str, list[str]] | None = None) -> History:
+    return History.of(
+        {s: {"position": 100 + 3 * i, "release": FIRST[i]} for i, s in enumerate(SHAS)},
+        harness,
+    )
+
+
+def measured(value_ms: float, *, commit: int, provider: str = "liger", kernel: str = KERNEL,
+             metric: str = "speed", hour: int = 10) -> dict[str, str]:  # fmt: skip
+    # Commit 2 was benchmarked last (upstream re-ran it weeks later): time order is not
+    # history order.
+    day = 28 if commit == 2 else 1 + commit
+    return row(
+        kernel_name=kernel,
+        kernel_provider=provider,
+        metric_name=metric,
+        metric_unit="ms" if metric == "speed" else "MB",
+        y_value_50=repr(value_ms),
+        y_value_20=repr(value_ms * 0.99),
+        y_value_80=repr(value_ms * 1.01),
+        timestamp=f"2026-03-{day:02d} {hour:02d}:00:00",
+        liger_version=LABELS[commit],
+    )
+
+
+def ci_warehouse(
+    tmp: Path,
+    series: dict[tuple[str, str], Sequence[float]],
+    contributed: Sequence[dict[str, str]] = (),
+) -> str:
+    """One per-commit file per commit holding every (kernel, provider) series' value there."""
+    up = tmp / "up"
+    for i, sha in enumerate(SHAS):
+        rows = [
+            measured(values[i], commit=i, provider=provider, kernel=kernel)
+            for (kernel, provider), values in series.items()
+        ]
+        write_csv(up / f"benchmarks/{sha}/benchmark.csv", rows)
+    if contributed:
+        write_csv(up / "benchmark/data/all_benchmark_data.csv", contributed)
+    ingest(str(up), str(tmp / "wh"), IngestOptions(trigger=False))
+    return str(tmp / "wh")
+
+
+FLAT = [0.2] * 8
+STEP = [0.2] * 5 + [0.26] * 3  # +30 % from commit 5 on
+
+
+def test_a_commit_ordered_series_puts_the_step_in_its_commit_range(tmp_path: Path) -> None:
+    # The step is between commits 3 and 4, both labelled 0.6.4: pooled by release it would
+    # vanish inside one point. Commit 2 was measured last in time, still placed by history.
+    values = [0.2] * 4 + [0.26] * 4
+    wh = ci_warehouse(tmp_path, {(KERNEL, "liger"): values})
+    (c,) = detect_changes(open_store(wh), history=history()).changes
+    assert c["state"] == "alert" and c["origin"] == "ci"
+    assert (c["before_commit"], c["after_commit"]) == (SHAS[3], SHAS[4])
+    assert (c["before_position"], c["after_position"]) == (109, 112)
+    assert (c["before_release"], c["after_release"]) == ("0.6.4", "0.6.4")  # labels as written
+    assert c["first_release"] == "0.6.5"
+    assert (c["before_releases"], c["after_releases"]) == (4, 4)  # points are commits
+    assert c["ratio"] == pytest.approx(1.3, rel=1e-3)
+    payload = event(c, wh)["payload"]
+    for key in ("before_commit", "after_commit", "first_release", "origin", "baseline_ratio",
+                "before_harness", "after_harness", "false_alarm_rate"):  # fmt: skip
+        assert key in payload
+
+
+def test_a_contributed_row_never_joins_a_ci_series(tmp_path: Path) -> None:
+    # A contributor's machine under the same GPU name and label, far slower: in a CI series it
+    # would be the "before" of a +50 % alert; it stays in a series of its own.
+    contributed = [measured(0.3, commit=c, hour=5) for c in (6, 7)]
+    wh = ci_warehouse(tmp_path, {(KERNEL, "liger"): FLAT}, contributed)
+    result = detect_changes(open_store(wh), history=history())
+    assert result.changes == []
+    assert result.series == 2
+    assert result.runs == 8 + 2
+
+
+def test_a_shift_the_baselines_share_is_an_environment_change(tmp_path: Path) -> None:
+    wh = ci_warehouse(
+        tmp_path,
+        {(KERNEL, "liger"): STEP, (KERNEL, "torch"): [v * 2 for v in STEP]},
+    )
+    changes = detect_changes(open_store(wh), history=history()).changes
+    assert {c["provider"] for c in changes} == {"liger", "torch"}
+    for c in changes:
+        assert c["state"] == "environment", c["provider"]
+        assert c["baseline_ratio"] == pytest.approx(1.3, rel=1e-3)
+        assert c["relative_ratio"] == pytest.approx(1.0, abs=1e-3)
+        assert (c["before_commit"], c["after_commit"]) == (SHAS[4], SHAS[5])
+    liger = next(c for c in changes if c["provider"] == "liger")
+    assert liger["baseline_providers"] == ["torch"]
+
+
+def test_a_step_liger_takes_alone_stays_an_alert_with_its_evidence(tmp_path: Path) -> None:
+    wh = ci_warehouse(tmp_path, {(KERNEL, "liger"): STEP, (KERNEL, "torch"): [0.4] * 8})
+    (c,) = detect_changes(open_store(wh), history=history()).changes
+    assert c["provider"] == "liger" and c["state"] == "alert"
+    assert c["baseline_ratio"] == pytest.approx(1.0)
+    assert c["relative_ratio"] == pytest.approx(1.3, rel=1e-3)
+
+
+def test_many_kernels_stepping_at_one_commit_are_an_environment_change(tmp_path: Path) -> None:
+    kernels = ["megatron_rms_norm", "rms_norm", "embedding", "kto_loss", "swiglu"]
+    wh = ci_warehouse(tmp_path, {(k, "liger"): STEP for k in kernels})
+    changes = detect_changes(open_store(wh), history=history()).changes
+    assert len(changes) == len(kernels)
+    assert {c["state"] for c in changes} == {"environment"}
+    assert {c["kernels_at_step"] for c in changes} == {len(kernels)}
+    # Four are not many: each stays an alert.
+    wh4 = ci_warehouse(tmp_path / "four", {(k, "liger"): STEP for k in kernels[:4]})
+    assert {c["state"] for c in detect_changes(open_store(wh4), history=history()).changes} == {
+        "alert"
+    }
+
+
+def test_a_harness_revision_splits_a_series(tmp_path: Path) -> None:
+    # The benchmark script changed at commit 5: the +30 % there is the harness, not liger.
+    wh = ci_warehouse(tmp_path, {(KERNEL, "liger"): STEP})
+    split = history({KERNEL: [SHAS[0], SHAS[5]]})
+    (c,) = detect_changes(open_store(wh), history=split).changes
+    assert c["state"] == "harness"
+    assert (c["before_commit"], c["after_commit"]) == (SHAS[4], SHAS[5])
+    assert (c["before_harness"], c["after_harness"]) == (SHAS[0], SHAS[5])
+    # Without the revision the same data is an alert.
+    (a,) = detect_changes(open_store(wh), history=history()).changes
+    assert a["state"] == "alert" and a["before_harness"] is None
+
+
+def test_a_step_within_one_harness_revision_is_still_an_alert(tmp_path: Path) -> None:
+    values = [0.2] * 2 + [0.26] * 6  # step at commit 2, harness revision at commit 5
+    wh = ci_warehouse(tmp_path, {(KERNEL, "liger"): values})
+    split = history({KERNEL: [SHAS[0], SHAS[5]]})
+    (c,) = detect_changes(open_store(wh), history=split).changes
+    assert c["state"] == "alert"
+    assert (c["before_commit"], c["after_commit"]) == (SHAS[1], SHAS[2])
+    assert c["before_harness"] == c["after_harness"] == SHAS[0]
+
+
+def test_host_variance_from_a_commit_rerun_days_later(tmp_path: Path) -> None:
+    from kindex_etl.analysis.calibration import host_variance, warehouse_pairs
+
+    up = tmp_path / "up"
+    # Each commit measured twice a minute apart (one sitting), and commit 3 again a week
+    # later on another host, 20 % slower.
+    for i, sha in enumerate(SHAS):
+        rows = [measured(0.2, commit=i), {**measured(0.2 * 1.01, commit=i), "timestamp":
+                f"2026-03-{1 + i:02d} 10:01:00" if i != 2 else "2026-03-28 10:01:00"}]  # fmt: skip
+        if i == 3:
+            rows.append({**measured(0.24, commit=i), "timestamp": "2026-03-11 10:00:00"})
+        write_csv(up / f"benchmarks/{sha}/benchmark.csv", rows)
+    ingest(str(up), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    pairs = warehouse_pairs(open_store(str(tmp_path / "wh")))
+    got = host_variance(pairs)["speed/full"]
+    assert (got["near_pairs"], got["far_pairs"]) == (8, 1)
+    assert got["near_sigma"] == pytest.approx(0.00704, abs=1e-4)  # ln(1.01) / sqrt 2
+    assert got["far_sigma"] == pytest.approx(abs(math.log(0.24 / 0.202)) / math.sqrt(2), abs=1e-4)
+    assert got["host_sigma"] > 0.1 and got["far_moved_over_10pct"] == 1.0
+
+
+def test_an_hourly_ingest_analyses_only_the_series_it_touched(tmp_path: Path) -> None:
+    from kindex_etl.analysis.run import run_regressions
+
+    up, wh = tmp_path / "up", str(tmp_path / "wh")
+    for i, sha in enumerate(SHAS[:6]):
+        rows = [measured(v, commit=i, kernel=k) for k, v in (("rms_norm", STEP[i]),
+                                                             ("embedding", 0.2))]  # fmt: skip
+        write_csv(up / f"benchmarks/{sha}/benchmark.csv", rows)
+    first = ingest(str(up), wh, IngestOptions(trigger=False))
+    full = run_regressions(wh, history=history())
+    assert not full.incremental and full.series == 2 and full.runs == 12
+    (alert,) = full.changes
+    assert alert["kernel"] == "rms_norm" and alert["state"] == "pending"  # one point after
+    # The next hour's commit measured rms_norm only (and its torch baseline, a new series).
+    rows = [measured(STEP[6], commit=6, kernel="rms_norm"),
+            measured(0.4, commit=6, kernel="rms_norm", provider="torch")]  # fmt: skip
+    write_csv(up / f"benchmarks/{SHAS[6]}/benchmark.csv", rows)
+    second = ingest(str(up), wh, IngestOptions(trigger=False))
+    seq = min(second.commits) - 1  # what the ingest flow passes on
+    assert seq > max(first.commits)  # the full analysis' own commit came between
+    hourly = run_regressions(wh, history=history(), after_seq=seq)
+    assert hourly.incremental
+    assert hourly.series == 2 and hourly.runs == 7 + 1  # rms_norm's liger and torch; no embedding
+    (now,) = hourly.new
+    assert now["change_id"] == alert["change_id"] and now["state"] == "alert"
+    # A full analysis agrees on the change.
+    assert [c["state"] for c in run_regressions(wh, history=history()).changes] == ["alert"]
+
+
+def test_release_comparisons_take_each_release_at_its_tagged_commit_and_one_origin(
+    tmp_path: Path,
+) -> None:
+    from kindex_etl.analysis.compare import compare_releases
+    from kindex_etl.analysis.run import points_frame
+
+    # 0.6.4 is commits 1-4: 0.2 at its tag (commit 1), then 0.26 on main after it. A
+    # contributor's 0.6.4 row at 0.1 would make any comparison with it "lower".
+    values = [0.2, 0.2, 0.26, 0.26, 0.26, 0.2, 0.2, 0.2]
+    wh = ci_warehouse(tmp_path, {(KERNEL, "liger"): values}, [measured(0.1, commit=3, hour=5)])
+    points: list = []
+    detect_changes(open_store(wh), history=history(), points=points)
+    frame = points_frame(points)
+    (row,) = compare_releases(frame, "0.6.3", "0.6.4", min_effect=0.05)
+    assert row["origin"] == "ci" and row["pairs"] == 1
+    assert row["ratio"] == pytest.approx(1.0) and row["verdict"] == "no difference detectable"
+
+
+def test_a_step_only_a_baseline_takes_is_not_an_alert(tmp_path: Path) -> None:
+    # torch's own series steps (its reference code or its software moved); liger held still.
+    wh = ci_warehouse(tmp_path, {(KERNEL, "liger"): FLAT, (KERNEL, "torch"): STEP})
+    (c,) = detect_changes(open_store(wh), history=history()).changes
+    assert c["provider"] == "torch" and c["state"] == "environment"
+    assert c["baseline_providers"] == ["liger"] and c["baseline_ratio"] == pytest.approx(1.0)
