@@ -410,7 +410,7 @@ def _row(
     }
 
 
-POINT_COLUMNS = (*SERIES_META, "liger_version", "release_rank")
+POINT_COLUMNS = (*SERIES_META, "liger_version", "release_rank", "observed_at")  # first run's
 
 
 def release_points(runs: pa.Table, settings: DetectorSettings) -> pa.Table:
