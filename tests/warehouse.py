@@ -214,9 +214,9 @@ def assert_consistent(url: str) -> dict[str, Any]:
     # Left out of the data below, so held to what the report writes: pages and its one
     # shared script (Plotly's library), nothing else.
     pages = keys_under(url, layout.REPORTS)
-    assert all(
-        re.fullmatch(r"reports/([\w.-]+\.html|plotly-[\w.]+\.min\.js)", k) for k in pages
-    ), pages
+    assert all(re.fullmatch(r"reports/([\w.-]+\.html|plotly-[\w.]+\.min\.js)", k) for k in pages), (
+        pages
+    )
     data = data_objects(url)
     committed = committed_keys(records)
     assert set(data) == committed
