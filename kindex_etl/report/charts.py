@@ -217,7 +217,13 @@ class _Charts:
         self.count = 0
         self.anchors: dict[str, tuple[str, int]] = {}
 
-    def box(self, heading: str, options: list[tuple[str, dict[str, Any]]], default: int) -> str:
+    def box(
+        self,
+        heading: str,
+        options: list[tuple[str, dict[str, Any]]],
+        default: int,
+        pick: str = "workload",
+    ) -> str:
         self.count += 1
         cid = f"c{self.count}"
         spec = {"workloads": [w for _, w in options], "config": CONFIG}
@@ -228,7 +234,7 @@ class _Charts:
                 for i, (label, _) in enumerate(options)
             )
             select = (
-                f'<div class="controls"><label>workload ({len(options)}): '
+                f'<div class="controls"><label>{escape(pick)} ({len(options)}): '
                 f'<select id="{cid}-select">{opts}</select></label></div>'
             )
         title = escape(options[default][1]["title"])
@@ -308,11 +314,11 @@ def _series_section(
             )
         out.append(charts.box(_group_heading(mode, gpu, software), options, default or 0))
     if single:
-        out.append(_single_release_table(pd.concat(single), scale, unit))
+        out.append(_single_release_table(pd.concat(single), scale, unit, opened=not out))
     return "".join(out)
 
 
-def _single_release_table(frame: pd.DataFrame, scale: float, unit: str) -> str:
+def _single_release_table(frame: pd.DataFrame, scale: float, unit: str, *, opened: bool) -> str:
     rows = "".join(
         f"<tr><td>{escape(text(r['gpu']))}</td><td>{escape(text(r['operation_mode']))}</td>"
         f"<td>{escape(text(r['liger_version']))}</td><td>{escape(text(r['workload_slug']))}</td>"
@@ -323,8 +329,9 @@ def _single_release_table(frame: pd.DataFrame, scale: float, unit: str) -> str:
         )
     )
     return (
-        "<details><summary>Measured at one release only (a table: a chart of one point tells "
-        f"nothing)</summary><table><thead><tr><th>GPU</th><th>pass</th><th>release</th>"
+        f"<details{' open' if opened else ''}><summary>Measured at one release only (a table: a "
+        "chart of one point tells nothing)</summary><table><thead><tr><th>GPU</th><th>pass</th>"
+        "<th>release</th>"
         f"<th>workload</th><th>provider</th><th>median ({unit})</th></tr></thead><tbody>{rows}"
         "</tbody></table></details>"
     )
@@ -379,8 +386,11 @@ def _speedup_section(speedups: Sequence[Mapping[str, Any]], charts: _Charts) -> 
         return '<p class="note">no baseline measured on the same workloads</p>'
     frame = pd.DataFrame(list(speedups))
     frame["gpu"] = [gpu_label(r) for r in frame.to_dict("records")]
-    out = []
+    out, single = [], []
     for (gpu, software), g in frame.groupby(["gpu", "software_class"], dropna=False, sort=True):
+        if g["liger_version"].nunique() < 2:
+            single.append(g)
+            continue
         options = []
         for (metric, mode), m in sorted(
             g.groupby(["metric", "operation_mode"], dropna=False),
@@ -398,8 +408,29 @@ def _speedup_section(speedups: Sequence[Mapping[str, Any]], charts: _Charts) -> 
                 (f"{metric} · {text(mode)}", {"title": title, "traces": traces, "layout": layout})
             )
         heading = gpu if text(software) in ("", "upstream") else f"{gpu} · {software}"
-        out.append(charts.box(heading, options, 0))
+        out.append(charts.box(heading, options, 0, pick="metric · pass"))
+    if single:
+        out.append(_single_speedup_table(pd.concat(single), opened=not out))
     return "".join(out)
+
+
+def _single_speedup_table(frame: pd.DataFrame, *, opened: bool) -> str:
+    rows = "".join(
+        f"<tr><td>{escape(text(r['gpu']))}</td><td>{escape(text(r['liger_version']))}</td>"
+        f"<td>{escape(text(r['metric']))}</td><td>{escape(text(r['operation_mode']))}</td>"
+        f"<td>{escape(text(r['baseline']))}</td>"
+        f'<td class="num">{float(r["speedup"]):.3g}× [{1 / float(r["ratio_high"]):.3g}, '
+        f'{1 / float(r["ratio_low"]):.3g}]</td><td class="num">{int(r["pairs"])}</td></tr>'
+        for r in frame.sort_values(["gpu", "metric", "operation_mode", "baseline"]).to_dict(
+            "records"
+        )
+    )
+    return (
+        f"<details{' open' if opened else ''}><summary>Measured at one release only</summary>"
+        "<table><thead><tr><th>GPU</th><th>release</th><th>metric</th><th>pass</th>"
+        "<th>baseline</th><th>liger's speed-up [95 %]</th><th>workloads</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></details>"
+    )
 
 
 def kernel_page(
@@ -429,7 +460,9 @@ def kernel_page(
         "a change starts, the shaded band the minimum effect around the level before it.</p>",
         f"<h2>Changes ({len(changes)})</h2>",
         f"<details{' open' if len(changes) <= 12 else ''}><summary>the table, newest first"
-        f"</summary>{changes_table('changes', changes, ctx)}</details>",
+        f"</summary>{changes_table('changes', changes, ctx)}</details>"
+        if changes
+        else '<p class="note">none found</p>',
         "<h2>Latency</h2>",
         speed,
         "<h2>Liger against its baseline</h2><p class='note'>Geometric mean over the workloads "

@@ -121,7 +121,7 @@ def test_no_nan_and_no_workload_name_cut_short(
     for page in _pages(report):
         browser.open(page.as_uri())
         shown = browser.evaluate("document.body.innerText")
-        assert not re.search(r"\bnan\b|\bNone\b|undefined", shown, re.I), page.name
+        assert not re.search(r"(?i:\bnan\b)|\bNone\b|\bundefined\b", shown), page.name
         if page.name == "index.html":
             continue
         _draw_all(browser)
@@ -269,13 +269,7 @@ def test_hovering_a_point_shows_release_date_median_and_spread(
     x, y = browser.center_of("#c1")
     time.sleep(0.3)
     browser.evaluate("window.kindexReport.draw(document.getElementById('c1'))", await_promise=True)
-    # Where plotly put the first liger point, in viewport pixels.
-    px, py = browser.evaluate(
-        "(function(){var gd=document.getElementById('c1'),L=gd._fullLayout,t=gd.data[0];"
-        "var r=gd.getBoundingClientRect();"
-        "return [r.left + L.xaxis._offset + L.xaxis.d2p(t.x[0]),"
-        "        r.top + L.yaxis._offset + L.yaxis.d2p(t.y[0])];})()"
-    )
+    px, py = _point(browser, "c1", 0, 0)
     # The point lies inside the chart's box.
     assert abs(px - x) < 700 and abs(py - y) < 200
     browser.mouse_move(px + 1, py)
@@ -290,6 +284,17 @@ def test_hovering_a_point_shows_release_date_median_and_spread(
     assert re.search(r"2025-\d\d-\d\d \d\d:\d\d UTC", label)
     assert re.search(r"median [\d.]+ µs \(p20-p80 [\d.]+-[\d.]+\)", label)
     assert browser.errors() == []
+
+
+def _point(b: Browser, chart: str, trace: int, i: int) -> tuple[float, float]:
+    """Where Plotly drew point `i` of trace `trace`, in viewport pixels."""
+    xy = b.evaluate(
+        f"(function(){{var gd=document.getElementById('{chart}'),L=gd._fullLayout,"
+        f"t=gd.data[{trace}],r=gd.getBoundingClientRect();"
+        f"return [r.left + L.xaxis._offset + L.xaxis.d2p(t.x[{i}]),"
+        f"        r.top + L.yaxis._offset + L.yaxis.d2p(t.y[{i}])];}})()"
+    )
+    return float(xy[0]), float(xy[1])
 
 
 def test_links_out_from_an_alert(history: tuple[Path, Analysis, str], browser: Browser) -> None:
@@ -339,7 +344,9 @@ def test_screenshots(history: tuple[Path, Analysis, str], browser: Browser, tmp_
             browser.evaluate(
                 "window.kindexReport.draw(document.getElementById('c1'))", await_promise=True
             )
-        time.sleep(0.5)
+            x, y = _point(browser, "c1", 0, 6)  # liger at 0.8.0, where the step starts
+            browser.mouse_move(x + 1, y)
+        time.sleep(0.8)
         data = browser.screenshot(tmp_path / name, full_page=False)
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 40_000
         shots[name] = tmp_path / name
