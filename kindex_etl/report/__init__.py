@@ -209,24 +209,37 @@ def build_report(
     summary: dict[str, dict[str, Any]] = {}
     pages: dict[str, str] = {}
     for k, frame in _kernel_frames(points):
-        gpus = [
-            gpu_label(r)
-            for r in frame[["gpu_product", "gpu_form_factor", "gpu_name"]].to_dict("records")
+        machine = [
+            tuple(t)
+            for t in frame[["gpu_product", "gpu_form_factor", "gpu_name"]]
+            .astype(object)
+            .itertuples(index=False, name=None)
         ]
+        labels = {
+            m: gpu_label(dict(zip(("gpu_product", "gpu_form_factor", "gpu_name"), m, strict=True)))
+            for m in set(machine)
+        }
+        gpus = [labels[m] for m in machine]
         frame = frame.assign(_gpu=gpus)
-        matrix.add_points(k, zip(frame["_gpu"], frame["liger_version"].astype(str), strict=True))
+        releases_of = set(zip(gpus, frame["liger_version"].astype(str), strict=True))
+        matrix.add_points(k, releases_of)
         summary[k] = {
             "series": int(frame["series_key"].nunique()),
             "gpus": sorted(set(gpus)),
-            "newest": max(frame["liger_version"].astype(str), key=version_order),
+            "newest": max((r for _, r in releases_of), key=version_order),
         }
         kernel_changes = by_kernel.get(k, [])
         if "observed_at" in frame.columns and kernel_changes:
-            for key, rel, when in zip(
-                frame["series_key"], frame["liger_version"], frame["observed_at"], strict=True
-            ):
-                if text(when):
-                    ctx.dates[(str(key), str(rel))] = pd.Timestamp(when).strftime("%Y-%m-%d %H:%M")
+            wanted = {(str(c["series_key"]), text(c.get("after_release"))) for c in kernel_changes}
+            keys = list(zip(frame["series_key"], frame["liger_version"].astype(str), strict=True))
+            hit = [key in wanted for key in keys]
+            stamps = pd.to_datetime(frame.loc[hit, "observed_at"], utc=True).dt.strftime(
+                "%Y-%m-%d %H:%M"
+            )
+            for key, when in zip((k_ for k_, h in zip(keys, hit, strict=True) if h), stamps,
+                                 strict=True):  # fmt: skip
+                if isinstance(when, str):
+                    ctx.dates[key] = when
         speedups = compare_baseline(frame.drop(columns="_gpu"), min_effect=cal.settings.min_effect)
         matrix.add_speedups(speedups)
         pages[page_of(k)] = kernel_page(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from html import escape
 from typing import Any
 
@@ -43,65 +44,78 @@ def _float(v: Any) -> float | None:
     return f if math.isfinite(f) else None
 
 
-def _x_order(frame: pd.DataFrame) -> list[str]:
+Record = dict[str, Any]
+
+
+def _sig(v: float) -> float:
+    """Five significant digits: what a chart shows, at a fraction of the JSON."""
+    return float(f"{v:.5g}")
+
+
+POINT_FIELDS = (
+    "series_key", "kernel", "metric", "operation_mode", "software_class", "gpu_product",
+    "gpu_form_factor", "gpu_name", "workload_digest", "workload_slug", "x_value", "provider",
+    "liger_version", "release_rank", "value", "value_p20", "value_p80", "runs",
+)  # fmt: skip
+_version = lru_cache(maxsize=4096)(version_order)
+
+
+def _x_order(points: Sequence[Record]) -> list[str]:
     keys: dict[str, tuple[Any, str]] = {}
-    for label, release, when in zip(
-        frame["x_label"], frame["liger_version"], frame["date"], strict=True
-    ):
-        k = (version_order(str(release)), when)
-        keys[label] = min(keys.get(label, k), k)
+    for r in points:
+        k = (_version(str(r["liger_version"])), r["date"])
+        keys[r["x_label"]] = min(keys.get(r["x_label"], k), k)
     return sorted(keys, key=lambda label: keys[label])
 
 
-def _x_labels(frame: pd.DataFrame) -> pd.DataFrame:
-    """One x label per point: the release, and the commit where the points know it."""
-    frame = frame.copy()
-    rows = frame.to_dict("records")
-    commits = [first(r, POINT_COMMIT) for r in rows]
-    frame["commit"] = commits
-    frame["origin"] = [first(r, ORIGIN) for r in rows]
-    frame["x_label"] = [
-        f"{r['liger_version']} · {c[:7]}" if c else str(r["liger_version"])
-        for r, c in zip(rows, commits, strict=True)
-    ]
+def _records(frame: pd.DataFrame) -> list[Record]:
+    """The kernel's release points as plain dicts (converted once: per-workload pandas calls
+    were most of a report's time), each with its x label, commit, origin, date and GPU."""
     if "observed_at" in frame.columns:
-        frame["date"] = [
-            pd.Timestamp(v).strftime("%Y-%m-%d %H:%M") if text(v) else ""
-            for v in frame["observed_at"]
-        ]
+        stamps = pd.to_datetime(frame["observed_at"], utc=True).dt.strftime("%Y-%m-%d %H:%M")
+        dates = stamps.fillna("").tolist()
     else:
-        frame["date"] = ""
-    return frame
+        dates = [""] * len(frame)
+    # Column by column (Arrow-backed columns convert fast; to_dict's row iteration did not).
+    wanted = [c for c in (*POINT_FIELDS, *POINT_COMMIT, *ORIGIN) if c in frame.columns]
+    values = [frame[c].tolist() for c in wanted]
+    rows: list[Record] = [dict(zip(wanted, row, strict=True)) for row in zip(*values, strict=True)]
+    gpus: dict[tuple[Any, ...], str] = {}
+    for r, date in zip(rows, dates, strict=True):
+        commit = first(r, POINT_COMMIT)
+        r["commit"] = commit
+        r["origin"] = first(r, ORIGIN)
+        r["x_label"] = f"{r['liger_version']} · {commit[:7]}" if commit else str(r["liger_version"])
+        r["date"] = date
+        gpu = (r.get("gpu_product"), r.get("gpu_form_factor"), r.get("gpu_name"))
+        if gpu not in gpus:
+            gpus[gpu] = gpu_label(r)
+        r["gpu"] = gpus[gpu]
+        r["mode"] = text(r.get("operation_mode"))
+        r["software"] = text(r.get("software_class"))
+    rows.sort(key=lambda r: (str(r["series_key"]), int(r["release_rank"]), r["date"]))
+    return rows
 
 
-def _hover(r: Mapping[str, Any], scale: float, unit: str) -> str:
-    lines = [f"<b>{escape(text(r['provider']))}</b>", f"release {escape(text(r['liger_version']))}"]
-    if r["commit"]:
-        lines.append(f"commit {escape(r['commit'][:12])}")
-    if r["date"]:
-        lines.append(escape(r["date"]) + " UTC")
-    lines.append(
-        f"median {r['value'] / scale:.4g} {unit} "
-        f"(p20-p80 {num(_float(r['value_p20']) and r['value_p20'] / scale, 4)}"
-        f"-{num(_float(r['value_p80']) and r['value_p80'] / scale, 4)})"
+def _trace(name: str, recs: Sequence[Record], scale: float, unit: str, color: str) -> Record:
+    y = [_sig(r["value"] / scale) for r in recs]
+    p20 = [_sig((_float(r["value_p20"]) or r["value"]) / scale) for r in recs]
+    p80 = [_sig((_float(r["value_p80"]) or r["value"]) / scale) for r in recs]
+    commits = any(r["commit"] for r in recs)
+    origins = any(r["origin"] for r in recs)
+    # Hover lines from per-point data (customdata) and one template per trace: a text per
+    # point made pages several times larger.
+    custom = [[r["date"], lo, hi, int(r["runs"]), r["commit"][:12], r["origin"]]
+              for r, lo, hi in zip(recs, p20, p80, strict=True)]  # fmt: skip
+    template = (
+        f"<b>{escape(name)}</b><br>release %{{x}}"
+        + ("<br>commit %{customdata[4]}" if commits else "")
+        + "<br>%{customdata[0]} UTC"
+        + f"<br>median %{{y:.4g}} {unit} (p20-p80 %{{customdata[1]:.4g}}-%{{customdata[2]:.4g}})"
+        + "<br>runs %{customdata[3]}"
+        + ("<br>origin %{customdata[5]}" if origins else "")
+        + "<extra></extra>"
     )
-    lines.append(f"runs {int(r['runs'])}")
-    if r["origin"]:
-        lines.append(f"origin {escape(r['origin'])}")
-    return "<br>".join(lines)
-
-
-def _trace(name: str, pts: pd.DataFrame, scale: float, unit: str, color: str) -> dict[str, Any]:
-    recs = pts.to_dict("records")
-    y = [r["value"] / scale for r in recs]
-    hi = [
-        max((_float(r["value_p80"]) or r["value"]) / scale - v, 0.0)
-        for r, v in zip(recs, y, strict=True)
-    ]
-    lo = [
-        max(v - (_float(r["value_p20"]) or r["value"]) / scale, 0.0)
-        for r, v in zip(recs, y, strict=True)
-    ]
     return {
         "type": "scatter",
         "mode": "lines+markers",
@@ -112,42 +126,40 @@ def _trace(name: str, pts: pd.DataFrame, scale: float, unit: str, color: str) ->
         "error_y": {
             "type": "data",
             "symmetric": False,
-            "array": hi,
-            "arrayminus": lo,
+            "array": [_sig(max(h - v, 0.0)) for h, v in zip(p80, y, strict=True)],
+            "arrayminus": [_sig(max(v - lo, 0.0)) for lo, v in zip(p20, y, strict=True)],
             "thickness": 1,
             "width": 3,
             "color": color,
         },
         "line": {"color": color, "width": 2},
         "marker": {"color": color, "size": 6},
-        "text": [_hover(r, scale, unit) for r in recs],
-        "hovertemplate": "%{text}<extra></extra>",
+        "customdata": custom,
+        "hovertemplate": template,
     }
 
 
 def _change_marks(
     changes: Sequence[Mapping[str, Any]],
-    points: pd.DataFrame,
+    points: Sequence[Record],
     scale: float,
-    unit: str,
     min_effect: float,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+) -> tuple[list[Record], list[Record]]:
     """(marker traces, shapes) for the changes of one workload's series."""
+    at = {(str(r["series_key"]), str(r["liger_version"])): r for r in points}
     by_state: dict[str, dict[str, list[Any]]] = {}
-    shapes: list[dict[str, Any]] = []
+    shapes: list[Record] = []
     for c in changes:
-        series = points[points["series_key"] == c["series_key"]]
-        after = series[series["liger_version"] == c["after_release"]]
-        before = series[series["liger_version"] == c["before_release"]]
-        if after.empty:
+        after = at.get((str(c["series_key"]), str(c["after_release"])))
+        before = at.get((str(c["series_key"]), str(c["before_release"])))
+        if after is None:
             continue
-        x_after = str(after["x_label"].iloc[0])
-        y_after = float(after["value"].iloc[0]) / scale
+        x_after = after["x_label"]
         group = group_of(c)
         color = state_color(group)
         marks = by_state.setdefault(group, {"x": [], "y": [], "text": []})
         marks["x"].append(x_after)
-        marks["y"].append(y_after)
+        marks["y"].append(_sig(float(after["value"]) / scale))
         marks["text"].append(
             f"<b>{escape(group)}</b> {escape(text(c['provider']))}<br>"
             f"{escape(text(c['before_release']))} → {escape(text(c['after_release']))}<br>"
@@ -158,13 +170,13 @@ def _change_marks(
                        "x1": x_after, "y0": 0, "y1": 1,
                        "line": {"color": color, "width": 1, "dash": "dot"}})  # fmt: skip
         level = _float(c.get("before_value"))
-        if level and c.get("metric") == "speed" and not before.empty:
+        if level and c.get("metric") == "speed" and before is not None:
             # The band a point must leave to count as a change (minimum effect) around the
             # level before it, from the last point before to the first after.
             shapes.append({"type": "rect", "xref": "x", "yref": "y", "layer": "below",
-                           "x0": str(before["x_label"].iloc[0]), "x1": x_after,
-                           "y0": level * (1 - min_effect) / scale,
-                           "y1": level * (1 + min_effect) / scale,
+                           "x0": before["x_label"], "x1": x_after,
+                           "y0": _sig(level * (1 - min_effect) / scale),
+                           "y1": _sig(level * (1 + min_effect) / scale),
                            "fillcolor": color, "opacity": 0.10, "line": {"width": 0}})  # fmt: skip
     traces = [
         {
@@ -253,58 +265,63 @@ def _group_heading(mode: str, gpu: str, software: str) -> str:
 
 
 def _series_section(
-    frame: pd.DataFrame,
+    points: Sequence[Record],
     metric: str,
     changes: Sequence[Mapping[str, Any]],
     charts: _Charts,
     min_effect: float,
 ) -> str:
     scale, unit = SCALE.get(metric, (1.0, ""))
-    data = frame[frame["metric"] == metric]
-    if data.empty:
+    data = [r for r in points if r["metric"] == metric]
+    if not data:
         return '<p class="note">not measured</p>'
     by_series: dict[str, list[Mapping[str, Any]]] = {}
     for c in changes:
         by_series.setdefault(str(c["series_key"]), []).append(c)
-    groups = []
-    for key, g in data.groupby(["operation_mode", "gpu", "software_class"], dropna=False):
-        mode, gpu, software = (text(k) for k in key)
-        releases = g["liger_version"].nunique()
-        groups.append(((-releases, gpu, MODE_ORDER.get(mode, 9), mode, software), g))
-    out, single = [], []
-    for (_, gpu, _, mode, software), g in sorted(groups, key=lambda t: t[0]):
-        per_workload = g.groupby("workload_digest")["liger_version"].nunique()
-        if per_workload.max() < 2:
-            single.append(g)
+    groups: dict[tuple[str, str, str], list[Record]] = {}
+    for r in data:
+        groups.setdefault((r["mode"], r["gpu"], r["software"]), []).append(r)
+
+    def order(key: tuple[str, str, str]) -> tuple[Any, ...]:
+        mode, gpu, software = key
+        releases = len({r["liger_version"] for r in groups[key]})
+        return (-releases, gpu, MODE_ORDER.get(mode, 9), mode, software)
+
+    out: list[str] = []
+    single: list[Record] = []
+    for key in sorted(groups, key=order):
+        mode, gpu, software = key
+        workloads: dict[str, list[Record]] = {}
+        for r in groups[key]:
+            workloads.setdefault(str(r["workload_digest"]), []).append(r)
+        if all(len({r["liger_version"] for r in w}) < 2 for w in workloads.values()):
+            single.extend(groups[key])
             continue
-        options: list[tuple[str, dict[str, Any]]] = []
+        options: list[tuple[str, Record]] = []
         default = None
         cid = f"c{charts.count + 1}"
-        workloads = sorted(
-            g.groupby("workload_digest"),
-            key=lambda t: (_xkey(t[1]["x_value"].iloc[0]), text(t[1]["workload_slug"].iloc[0])),
+        ordered = sorted(
+            workloads.values(), key=lambda w: (_xkey(w[0]["x_value"]), text(w[0]["workload_slug"]))
         )
-        for i, (_, w) in enumerate(workloads):
-            slug = text(w["workload_slug"].iloc[0], "(no workload name)")
-            categories = _x_order(w)
+        for i, w in enumerate(ordered):
+            slug = text(w[0]["workload_slug"], "(no workload name)")
+            series: dict[str, list[Record]] = {}
+            for r in w:
+                series.setdefault(str(r["series_key"]), []).append(r)
             traces = []
             seen: dict[str, int] = {}
             for series_key, s in sorted(
-                w.groupby("series_key"),
-                key=lambda t: (
-                    not is_liger(text(t[1]["provider"].iloc[0])),
-                    t[1]["provider"].iloc[0],
-                ),
+                series.items(),
+                key=lambda t: (not is_liger(text(t[1][0]["provider"])), text(t[1][0]["provider"])),
             ):
-                provider = text(s["provider"].iloc[0])
+                provider = text(s[0]["provider"])
                 seen[provider] = seen.get(provider, 0) + 1
                 name = provider if seen[provider] == 1 else f"{provider} ({seen[provider]})"
-                s = s.sort_values("order")
                 traces.append(_trace(name, s, scale, unit, provider_color(provider)))
-                charts.anchors[series_anchor(str(series_key))] = (cid, i)
-            w_changes = [c for k in w["series_key"].unique() for c in by_series.get(str(k), [])]
-            marks, shapes = _change_marks(w_changes, w, scale, unit, min_effect)
-            layout = _layout(categories, unit)
+                charts.anchors[series_anchor(series_key)] = (cid, i)
+            w_changes = [c for k in series for c in by_series.get(k, [])]
+            marks, shapes = _change_marks(w_changes, w, scale, min_effect)
+            layout = _layout(_x_order(w), unit)
             layout["shapes"] = shapes
             flag = " ⚠" if any(group_of(c) != "improvement" for c in w_changes) else ""
             if default is None and flag:
@@ -314,18 +331,20 @@ def _series_section(
             )
         out.append(charts.box(_group_heading(mode, gpu, software), options, default or 0))
     if single:
-        out.append(_single_release_table(pd.concat(single), scale, unit, opened=not out))
+        out.append(_single_release_table(single, scale, unit, opened=not out))
     return "".join(out)
 
 
-def _single_release_table(frame: pd.DataFrame, scale: float, unit: str, *, opened: bool) -> str:
+def _single_release_table(
+    points: Sequence[Record], scale: float, unit: str, *, opened: bool
+) -> str:
     rows = "".join(
         f"<tr><td>{escape(text(r['gpu']))}</td><td>{escape(text(r['operation_mode']))}</td>"
         f"<td>{escape(text(r['liger_version']))}</td><td>{escape(text(r['workload_slug']))}</td>"
         f"<td>{escape(text(r['provider']))}</td>"
         f'<td class="num">{r["value"] / scale:.4g}</td></tr>'
-        for r in frame.sort_values(["gpu", "operation_mode", "workload_slug", "provider"]).to_dict(
-            "records"
+        for r in sorted(
+            points, key=lambda r: (r["gpu"], r["mode"], text(r["workload_slug"]), r["provider"])
         )
     )
     return (
@@ -443,19 +462,16 @@ def kernel_page(
     plotly: str,
     min_effect: float,
 ) -> str:
-    frame = _x_labels(frame)
-    frame["gpu"] = [gpu_label(r) for r in frame.to_dict("records")]
-    frame = frame.sort_values(["series_key", "release_rank", "date"])
-    frame["order"] = range(len(frame))
+    points = _records(frame)
     charts = _Charts()
-    speed = _series_section(frame, "speed", changes, charts, min_effect)
+    speed = _series_section(points, "speed", changes, charts, min_effect)
     versus = _speedup_section(speedups, charts)
-    memory = _series_section(frame, "memory", changes, charts, min_effect)
+    memory = _series_section(points, "memory", changes, charts, min_effect)
     anchors = {k: list(v) for k, v in charts.anchors.items()}
-    gpus = ", ".join(sorted(set(frame["gpu"])))
+    gpus = ", ".join(sorted({r["gpu"] for r in points}))
     body = [
         f'<p><a href="index.html">← all kernels</a></p><h1>{escape(kernel)}</h1>',
-        f'<p class="note">{frame["series_key"].nunique()} series on {escape(gpus)}; '
+        f'<p class="note">{len({r["series_key"] for r in points})} series on {escape(gpus)}; '
         "hover a point for its release, commit, date, median and p20-p80; markers show where "
         "a change starts, the shaded band the minimum effect around the level before it.</p>",
         f"<h2>Changes ({len(changes)})</h2>",

@@ -12,6 +12,8 @@ import math
 from html import escape
 from typing import Any
 
+import pandas as pd
+
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:20px 28px;color:#1d2127;max-width:1500px}
 a{color:#0b57d0}h1{font-size:22px;margin:4px 0 2px}
@@ -199,17 +201,12 @@ def page(title: str, body: str, *, scripts: tuple[str, ...] = ()) -> str:
 
 def present(v: Any) -> bool:
     """False for None, NaN and empty strings: the absent values pandas and Arrow hand us."""
-    if v is None:
+    if v is None or v is pd.NA or v is pd.NaT:
         return False
+    if isinstance(v, str):
+        return v != ""
     if isinstance(v, float) and math.isnan(v):
         return False
-    try:
-        import pandas as pd
-
-        if v is pd.NA or v is pd.NaT:
-            return False
-    except ImportError:  # pragma: no cover - pandas is a dependency
-        pass
     return str(v) != ""
 
 
