@@ -22,7 +22,15 @@ import pandas as pd
 from ..analysis.series import version_order
 from .alerts import ChangeContext, changes_table, is_liger
 from .colors import provider_color, state_color
-from .fields import ORIGIN, POINT_COMMIT, first, group_of, series_anchor
+from .fields import (
+    AFTER_COMMIT,
+    BEFORE_COMMIT,
+    ORIGIN,
+    POINT_COMMIT,
+    first,
+    group_of,
+    series_anchor,
+)
 from .page import gpu_label, num, page, text
 
 SCALE = {"speed": (1e3, "µs"), "memory": (1024 * 1024, "MiB")}
@@ -146,12 +154,22 @@ def _change_marks(
     min_effect: float,
 ) -> tuple[list[Record], list[Record]]:
     """(marker traces, shapes) for the changes of one workload's series."""
-    at = {(str(r["series_key"]), str(r["liger_version"])): r for r in points}
+    # Points by release (the first point of a release, where a release has several commits)
+    # and by commit, for changes that name the commits of their range.
+    at: dict[tuple[str, str], Record] = {}
+    for r in points:
+        at.setdefault((str(r["series_key"]), str(r["liger_version"])), r)
+        if r["commit"]:
+            at[(str(r["series_key"]), "commit:" + r["commit"])] = r
     by_state: dict[str, dict[str, list[Any]]] = {}
     shapes: list[Record] = []
     for c in changes:
-        after = at.get((str(c["series_key"]), str(c["after_release"])))
-        before = at.get((str(c["series_key"]), str(c["before_release"])))
+        key = str(c["series_key"])
+        a_commit, b_commit = first(c, AFTER_COMMIT), first(c, BEFORE_COMMIT)
+        after = at.get((key, "commit:" + a_commit)) if a_commit else None
+        after = after or at.get((key, str(c["after_release"])))
+        before = at.get((key, "commit:" + b_commit)) if b_commit else None
+        before = before or at.get((key, str(c["before_release"])))
         if after is None:
             continue
         x_after = after["x_label"]

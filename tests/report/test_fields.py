@@ -119,3 +119,73 @@ def test_wilson_interval() -> None:
     # Reference: statsmodels' proportion_confint(2, 10, method="wilson").
     assert low == pytest.approx(0.05668, abs=1e-4) and high == pytest.approx(0.50983, abs=1e-4)
     assert FalseAlarms("x", 0, 0).interval() is None
+
+
+def test_points_that_know_their_commit_and_origin_show_them() -> None:
+    """What the points will carry once commits are first-class (issue 30): x labels, hover
+    lines and change markers follow the commits, with no change to the report's callers."""
+    import json
+    import re
+
+    import pandas as pd
+
+    from kindex_etl.report.alerts import ChangeContext
+    from kindex_etl.report.charts import kernel_page
+
+    commits = ["a1b2c3d4e5f6", "b2c3d4e5f6a1", "c3d4e5f6a1b2", "d4e5f6a1b2c3"]
+    releases = ["0.8.0", "0.8.0", "0.8.1", "0.8.1"]  # two commits per release
+    values = [100_000.0, 101_000.0, 140_000.0, 141_000.0]
+    frame = pd.DataFrame(
+        {
+            "series_key": "sha256:" + "cd" * 32,
+            "kernel": "rms_norm",
+            "metric": "speed",
+            "operation_mode": "full",
+            "software_class": "upstream",
+            "gpu_product": "NVIDIA H200",
+            "gpu_form_factor": [None] * 4,
+            "gpu_name": "NVIDIA H200",
+            "workload_digest": "sha256:w",
+            "workload_slug": "batch1-hidden2048-seq4096-bf16",
+            "x_value": "2048",
+            "provider": "liger",
+            "liger_version": releases,
+            "release_rank": [0, 0, 1, 1],
+            "value": values,
+            "value_p20": [v * 0.99 for v in values],
+            "value_p80": [v * 1.01 for v in values],
+            "runs": 1,
+            "observed_at": pd.to_datetime(
+                ["2026-01-01", "2026-01-02", "2026-02-01", "2026-02-02"], utc=True
+            ),
+            "commit": commits,
+            "origin": "ci",
+        }
+    )
+    change = _change(
+        series_key="sha256:" + "cd" * 32,
+        cause="environment",
+        before_release="0.8.0",
+        after_release="0.8.1",
+        before_commit=commits[1],
+        after_commit=commits[2],
+        before_value=101_000.0,
+        gpu_product="NVIDIA H200",
+        gpu_form_factor=None,
+    )
+    ctx = ChangeContext(page_of=lambda k: f"{k}.html", release_rank={"0.8.1": 1})
+    html = kernel_page("rms_norm", frame, [change], [], ctx, plotly="plotly.js", min_effect=0.05)
+    body = html[: html.index("<script>")]  # the page, without its script
+    assert not re.search(r"(?i)\bnan\b", body)
+    assert "full · NVIDIA H200</h3>" in body  # no form factor, no "nan"
+    spec = json.loads(re.search(r'id="c1-data">(.*?)</script>', html).group(1))  # type: ignore[union-attr]
+    (workload,) = spec["workloads"]
+    line, mark = workload["traces"]
+    assert line["x"] == [f"{r} · {c[:7]}" for r, c in zip(releases, commits, strict=True)]
+    assert "commit %{customdata[4]}" in line["hovertemplate"]
+    assert "origin %{customdata[5]}" in line["hovertemplate"]
+    assert line["customdata"][2][4] == commits[2] and line["customdata"][2][5] == "ci"
+    # The marker sits on the first commit after, named by its cause.
+    assert mark["name"] == "environment" and mark["x"] == [f"0.8.1 · {commits[2][:7]}"]
+    assert f"compare/{commits[1]}...{commits[2]}" in html
+    assert workload["layout"]["yaxis"]["rangemode"] == "tozero"
