@@ -354,3 +354,26 @@ def test_screenshots(history: tuple[Path, Analysis, str], browser: Browser, tmp_
     if keep:
         for name, path in shots.items():
             shutil.copy(path, Path(keep) / name)
+
+
+def test_real_upstream_rows_render(tmp_path: Path, browser: Browser) -> None:
+    """The ten real rows of the 0.8.5 sdist (odd configs, memory measured another way, a
+    one-off kernel, a provider with no baseline): every page loads clean, with no "nan"."""
+    from kindex_etl.api import IngestOptions, ingest
+    from tests.helpers import REPO
+
+    up = tmp_path / "up" / "benchmark" / "data"
+    up.mkdir(parents=True)
+    shutil.copy(REPO / "tests/fixtures/sdist-rows/all_benchmark_data.csv", up)
+    wh = tmp_path / "wh"
+    ingest(str(tmp_path / "up"), str(wh), IngestOptions(trigger=False))
+    report = Path(run_regressions(str(wh)).report or "").parent
+    pages = _pages(report)
+    assert len(pages) > 5
+    for page in pages:
+        browser.open(page.as_uri())
+        if page.name != "index.html":
+            _draw_all(browser)
+        shown = browser.evaluate("document.body.innerText")
+        assert not re.search(r"(?i:\bnan\b)|\bNone\b|\bundefined\b", shown), page.name
+        assert browser.errors() == [], page.name
