@@ -1,8 +1,8 @@
 """`kindex-etl triage CHANGE_ID --state ...`: record a person's verdict on a change.
 
 The work is `kindex_etl.report.triage` (one commit to the warehouse's `triage` table); the
-report shows the verdict the next time it is written, and `invalid` verdicts on alerts make
-its measured false-alarm rate.
+report shows the verdict the next time it is written (`--report`: at once), and `invalid`
+verdicts on alerts make its measured false-alarm rate.
 """
 
 from __future__ import annotations
@@ -38,6 +38,11 @@ def _arguments(p: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="directory or s3://bucket[/prefix] (default: $KINDEX_WAREHOUSE, else ./warehouse)",
     )
+    p.add_argument(
+        "--report",
+        action="store_true",
+        help="then bring the report up to date (runs the analysis, as `kindex-etl regressions`)",
+    )
     p.add_argument("--json", action="store_true", help="print the row written as JSON")
 
 
@@ -58,13 +63,21 @@ def run(args: argparse.Namespace) -> int:
     except (TriageError, StorageError, OSError) as exc:
         print(f"kindex-etl: error: {exc}", file=sys.stderr)
         return 2
+    if args.report:
+        from kindex_etl.analysis.run import run_regressions
+
+        row["report"] = run_regressions(url).report
     if args.json:
         print(json.dumps(row, sort_keys=True))
     else:
         print(
             f"{row['change_id']} ({row['change_state']}): {row['verdict']}"
-            f"{' - ' + row['note'] if row['note'] else ''} (commit {row['seq']}); "
-            "the report shows it from the next `kindex-etl regressions`"
+            f"{' - ' + row['note'] if row['note'] else ''} (commit {row['seq']})"
+        )
+        print(
+            f"report: {row['report']}"
+            if args.report
+            else "the report shows it from the next `kindex-etl regressions` (or use --report)"
         )
     return 0
 
