@@ -91,11 +91,9 @@ def _runs_cell(change_id: str, ctx: ChangeContext, c: Mapping[str, Any]) -> str:
 HEADERS = [
     "after",
     "kernel",
-    "pass",
-    "metric",
+    "pass · metric",
     "provider",
     "GPU",
-    "software",
     "workload",
     "range (compare)",
     "ratio after/before [95 %]",
@@ -119,14 +117,15 @@ def change_row(c: Mapping[str, Any], ctx: ChangeContext) -> str:
     group = group_of(c)
     short = change_id.split(":")[-1][:12]
     ratio = c.get("ratio")
+    software = text(c.get("software_class"))
+    machine = gpu_label(c) + ("" if software in ("", "upstream") else f" · {software}")
     return (
         f'<tr data-group="{escape(group, quote=True)}">'
         f'<td data-sort="{ctx.release_rank.get(after, -1):05d} {escape(date)}">'
         f"{escape(after)}<br><span class='muted'>{escape(date[:10])}</span></td>"
         f'<td><a href="{escape(href, quote=True)}">{escape(kernel)}</a></td>'
-        f"<td>{escape(text(c.get('operation_mode')))}</td><td>{escape(text(c.get('metric')))}</td>"
-        f'<td>{escape(text(c.get("provider")))}</td><td class="gpu">{escape(gpu_label(c))}</td>'
-        f"<td>{escape(text(c.get('software_class')))}</td>"
+        f"<td>{escape(text(c.get('operation_mode')))} · {escape(text(c.get('metric')))}</td>"
+        f'<td>{escape(text(c.get("provider")))}</td><td class="gpu">{escape(machine)}</td>'
         f"<td>{escape(text(c.get('workload_slug')))}</td>"
         f"<td>{rng_cell}</td>"
         f'<td class="num" data-sort="{sort_value(ratio)}">{num(ratio, 4)} '
