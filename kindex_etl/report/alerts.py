@@ -126,13 +126,13 @@ def change_row(c: Mapping[str, Any], ctx: ChangeContext) -> str:
         f'<td><a href="{escape(href, quote=True)}">{escape(kernel)}</a></td>'
         f"<td>{escape(text(c.get('operation_mode')))} · {escape(text(c.get('metric')))}</td>"
         f'<td>{escape(text(c.get("provider")))}</td><td class="gpu">{escape(machine)}</td>'
-        f"<td>{escape(text(c.get('workload_slug')))}</td>"
+        f'<td class="wl">{escape(text(c.get("workload_slug")))}</td>'
         f"<td>{rng_cell}</td>"
         f'<td class="num" data-sort="{sort_value(ratio)}">{num(ratio, 4)} '
         f"[{num(c.get('ratio_low'), 4)}, {num(c.get('ratio_high'), 4)}]</td>"
         f'<td class="num" data-sort="{sort_value(c.get("p_value"))}">{num(c.get("p_value"))}</td>'
         f"<td>{state_chip(group)}{verdict_chip(ctx.verdicts.get(change_id))}</td>"
-        f"<td>{_runs_cell(change_id, ctx, c)}</td>"
+        f'<td class="runs">{_runs_cell(change_id, ctx, c)}</td>'
         f'<td><code title="{escape(change_id, quote=True)}">{escape(short)}</code></td></tr>'
     )
 

@@ -25,7 +25,8 @@ text-align:left;font-size:12px;vertical-align:top}th{background:#f5f6f8;white-sp
 table.sortable th{cursor:pointer}th[aria-sort=ascending]::after{content:" ▲"}
 th[aria-sort=descending]::after{content:" ▼"}td.num{text-align:right;white-space:nowrap}
 .note{color:#555;font-size:12px}.muted{color:#888}code{font-size:11px}
-td.gpu,td.nowrap{white-space:nowrap}
+td.gpu,td.nowrap{white-space:nowrap}td{overflow-wrap:anywhere}td.wl{max-width:240px}
+td.runs{max-width:260px}
 .filter{margin:6px 0;font-size:13px;padding:3px 6px;width:360px}
 .chip{display:inline-block;border-radius:9px;padding:0 7px;font-size:11px;margin-right:3px;
 color:#fff;white-space:nowrap}
