@@ -216,9 +216,12 @@ def assert_consistent(url: str) -> dict[str, Any]:
     seqs = sorted(r["seq"] for r in records)
     assert seqs == list(range(1, len(seqs) + 1)), seqs
     assert keys_under(url, layout.STAGING) == set()
-    # Left out of the data below, so held to what the report writes: pages, nothing else.
+    # Left out of the data below, so held to what the report writes: pages and its one
+    # shared script (Plotly's library), nothing else.
     pages = keys_under(url, layout.REPORTS)
-    assert all(re.fullmatch(r"reports/[\w.-]+\.html", k) for k in pages), pages
+    assert all(re.fullmatch(r"reports/([\w.-]+\.html|plotly-[\w.]+\.min\.js)", k) for k in pages), (
+        pages
+    )
     data = data_objects(url)
     committed = committed_keys(records)
     assert set(data) == committed

@@ -584,7 +584,15 @@ def _row(
     }
 
 
-POINT_COLUMNS = (*SERIES_META, "liger_version", "release_rank", "commit_sha", "commit_position")
+# observed_at: the first run of each point, for the report's hover.
+POINT_COLUMNS = (
+    *SERIES_META,
+    "liger_version",
+    "release_rank",
+    "commit_sha",
+    "commit_position",
+    "observed_at",
+)
 
 
 def release_points(runs: pa.Table, settings: DetectorSettings) -> pa.Table:

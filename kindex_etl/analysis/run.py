@@ -187,7 +187,9 @@ def run_regressions(
         if points is not None and not result.incremental:
             from ..report import write_report
 
-            result.report = write_report(store, points, result.changes, cal, result.seq)
+            result.report = write_report(
+                store, points, result.changes, cal, result.seq, attach=result.run_ids.attach
+            )
     finally:
         if points is not None:
             points.close()

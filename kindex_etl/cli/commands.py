@@ -544,8 +544,9 @@ def all_tables() -> dict[str, Any]:
     """Every warehouse table's schema: the contracts' and those of later stages."""
     from kindex_etl.analysis.schema import REGRESSIONS_SCHEMA
     from kindex_etl.contracts.dictionary import TABLE_SCHEMAS
+    from kindex_etl.report.triage import TRIAGE_SCHEMA
 
-    return {**TABLE_SCHEMAS, "regressions": REGRESSIONS_SCHEMA}
+    return {**TABLE_SCHEMAS, "regressions": REGRESSIONS_SCHEMA, "triage": TRIAGE_SCHEMA}
 
 
 def run_schema(args: argparse.Namespace) -> int:

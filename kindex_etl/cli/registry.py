@@ -27,6 +27,7 @@ SUBCOMMANDS = (
     "kindex_etl.cli.commands:RERUNS",
     "kindex_etl.cli.commands:RERUN",
     "kindex_etl.cli.commands:REGRESSIONS",
+    "kindex_etl.cli.triage:TRIAGE",
     "kindex_etl.cli.maintenance:COMPACT",
     "kindex_etl.cli.maintenance:VACUUM",
     "kindex_etl.cli.migrate:MIGRATE",

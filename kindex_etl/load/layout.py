@@ -8,7 +8,8 @@ workloads/part-<batch>.parquet, implementations/part-<batch>.parquet   descripto
 documents/<table>/part-<batch>.jsonl.zst                    the same, as documents
 quarantine/rows/part-<batch>.parquet                        rows and files set aside
 regressions/part-<batch>.parquet                            detected changes (kindex_etl.analysis)
-reports/index.html, reports/<kernel>.html                   the static report (rewritten)
+triage/part-<batch>.parquet                                 verdicts on changes (kindex-etl triage)
+reports/index.html, reports/<kernel>.html, reports/plotly-*.min.js   the report (rewritten)
 _kindex/log/<seq>.json                                      commit records (the truth)
 _kindex/snapshot.json                                       every published file, by table
 _kindex/checkpoints/<seq>.json                              the log folded up to <seq>
@@ -28,7 +29,17 @@ WORKLOADS = "workloads"
 IMPLEMENTATIONS = "implementations"
 QUARANTINE = "quarantine/rows"
 REGRESSIONS = "regressions"
-TABLES = (RUNS, PROTOCOLS, ENVIRONMENTS, WORKLOADS, IMPLEMENTATIONS, QUARANTINE, REGRESSIONS)
+TRIAGE = "triage"  # people's verdicts on changes (kindex_etl.report.triage)
+TABLES = (
+    RUNS,
+    PROTOCOLS,
+    ENVIRONMENTS,
+    WORKLOADS,
+    IMPLEMENTATIONS,
+    QUARANTINE,
+    REGRESSIONS,
+    TRIAGE,
+)
 
 # Everything that is not table data lives under CONTROL, but the report: rewritten in place by
 # each regressions run, never committed, it is pages for people, not a table.

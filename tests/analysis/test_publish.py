@@ -114,7 +114,8 @@ def test_regressions_on_s3(tmp_path: Path, make_bucket: Callable[[], str], s3_cl
     )
     assert len(snap["tables"]["regressions"]) == 1
     page = s3_client.get_object(Bucket=bucket, Key="wh/reports/megatron_rms_norm.html")
-    assert b"<svg" in page["Body"].read()
+    html = page["Body"].read()
+    assert b'class="plot"' in html and b'<script src="plotly-' in html
 
 
 def test_spilled_buckets_on_s3_find_what_one_bucket_finds(
