@@ -62,6 +62,7 @@ PUBLISH_ORDER = (
     layout.RUNS,
     layout.QUARANTINE,
     layout.REGRESSIONS,
+    layout.TRIAGE,
 )
 PARTITION_COLUMN = "release"
 DOCUMENT_FILES_SCHEMA = pa.schema(
@@ -142,7 +143,6 @@ def _schema_of(table: str, store: ObjectStore, files: Iterable[LiveFile]) -> pa.
 
     Partition columns are part of a Delta schema but not of the files (the path holds them).
     """
-    from kindex_etl.analysis.schema import REGRESSIONS_SCHEMA
     from kindex_etl.contracts import tables
 
     known = {
@@ -153,7 +153,8 @@ def _schema_of(table: str, store: ObjectStore, files: Iterable[LiveFile]) -> pa.
         layout.WORKLOADS: tables.WORKLOAD_SCHEMA,
         layout.IMPLEMENTATIONS: tables.IMPLEMENTATION_SCHEMA,
         layout.QUARANTINE: tables.QUARANTINE_SCHEMA,
-        layout.REGRESSIONS: REGRESSIONS_SCHEMA,
+        layout.REGRESSIONS: tables.REGRESSIONS_SCHEMA,
+        layout.TRIAGE: tables.TRIAGE_SCHEMA,
     }
     schema = known.get(table)
     if schema is None:

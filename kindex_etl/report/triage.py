@@ -24,6 +24,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..contracts.tables import TRIAGE_SCHEMA
 from ..load import layout
 from ..load.record import CommitRecord, FileEntry
 from ..load.warehouse import Warehouse
@@ -31,17 +32,6 @@ from ..storage import ObjectStore, PreconditionFailed, StorageError
 
 VERDICTS = ("acknowledged", "expected", "invalid")
 ATTEMPTS = 5
-TRIAGE_SCHEMA = pa.schema(
-    [
-        ("verdict_id", pa.string()),
-        ("change_id", pa.string()),
-        ("change_state", pa.string()),
-        ("verdict", pa.string()),
-        ("note", pa.string()),
-        ("author", pa.string()),
-        ("recorded_at", pa.timestamp("ms", tz="UTC")),
-    ]
-)
 
 
 class TriageError(ValueError):
