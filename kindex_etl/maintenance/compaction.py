@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from kindex_etl.analysis.schema import REGRESSIONS_SCHEMA
 from kindex_etl.config import settings
 from kindex_etl.contracts.tables import (
     ENVIRONMENT_SCHEMA,
@@ -51,6 +52,8 @@ WRITE_SCHEMAS: dict[str, pa.Schema] = {
     layout.WORKLOADS: WORKLOAD_SCHEMA,
     layout.IMPLEMENTATIONS: IMPLEMENTATION_SCHEMA,
     layout.QUARANTINE: QUARANTINE_SCHEMA,
+    # The chained analysis appends one file per run that found something new (issue 32).
+    layout.REGRESSIONS: REGRESSIONS_SCHEMA,
 }
 
 
