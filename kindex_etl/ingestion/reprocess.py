@@ -250,8 +250,9 @@ def _read_staged(
         for f in record.files
         if layout.table_of(f.key) == table
     ]
-    if not parts:
-        return pa.table({c: pa.array([], RUN_SCHEMA.field(c).type) for c in columns})
+    if not parts:  # e.g. nothing held back any more: the table's own schema, empty
+        schema = QUARANTINE_SCHEMA if table == layout.QUARANTINE else RUN_SCHEMA
+        return pa.table({c: pa.array([], schema.field(c).type) for c in columns})
     return pa.concat_tables(parts)
 
 
