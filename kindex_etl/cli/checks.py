@@ -46,6 +46,27 @@ def existing_store(url: str, *, what: str) -> ObjectStore:
     return store(url, what=what, create=False)
 
 
+def warehouse(url: str) -> ObjectStore:
+    """The store of an existing warehouse: every command but `ingest` (and `backfill`, an
+    ingest) refuses a URL that holds none, creating nothing (issue 32: a mistyped prefix made
+    `compact` write a snapshot there, and a scheduled job succeeded on the wrong target)."""
+    from kindex_etl.load import layout
+
+    opened = existing_store(url, what="warehouse")
+    try:
+        committed = next(iter(opened.list(layout.LOG)), None) is not None or (
+            opened.head(layout.LAST_CHECKPOINT) is not None
+        )
+    except (StorageError, OSError) as exc:
+        raise CheckFailed(f"warehouse: {exc}") from None
+    if not committed:
+        raise CheckFailed(
+            f"warehouse: no warehouse at {url} (nothing was ever committed there; "
+            "`kindex-etl ingest` makes one)"
+        )
+    return opened
+
+
 def backfill_filters(
     upstream: ObjectStore, filters: dict[str, Any]
 ) -> tuple[Selection, list[str] | None]:

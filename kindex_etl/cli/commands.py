@@ -315,7 +315,7 @@ BACKFILL = Command(
 )
 
 
-# -- replay, quarantine, reruns ------------------------------------------------------------
+# -- replay, reprocess, reruns (quarantine, regressions: findings.py) --------------------------
 
 
 def _replay_arguments(p: argparse.ArgumentParser) -> None:
@@ -336,7 +336,7 @@ def run_replay(args: argparse.Namespace) -> int:
 
     cfg = settings()
     warehouse = args.warehouse or cfg.warehouse
-    checks.existing_store(warehouse, what="warehouse")
+    checks.warehouse(warehouse)
     catalog_dir = args.catalog_dir or cfg.catalog_dir
     catalog = load_catalog(catalog_dir) if catalog_dir else None
     summary = replay(warehouse, catalog=catalog).as_dict()
@@ -355,7 +355,7 @@ def run_reprocess(args: argparse.Namespace) -> int:
 
     cfg = settings()
     warehouse = args.warehouse or cfg.warehouse
-    checks.existing_store(warehouse, what="warehouse")
+    checks.warehouse(warehouse)
     catalog_dir = args.catalog_dir or cfg.catalog_dir
     report = reprocess(warehouse, catalog=load_catalog(catalog_dir) if catalog_dir else None)
     r = report.as_dict()
@@ -383,38 +383,6 @@ REPROCESS = Command(
 )
 
 
-def _quarantine_arguments(p: argparse.ArgumentParser) -> None:
-    _urls(p, upstream=False)
-    _json_flag(p, '{"rows": [...]}')
-
-
-def run_quarantine(args: argparse.Namespace) -> int:
-    from kindex_etl.ingestion.replay import open_quarantine
-
-    warehouse = args.warehouse or settings().warehouse
-    checks.existing_store(warehouse, what="warehouse")
-    table = open_quarantine(warehouse)
-    rows = table.select(["source_key", "source_etag", "source_row", "reason", "detail"]).to_pylist()
-    if args.json:
-        print(json.dumps({"rows": rows}, sort_keys=True))
-        return 0
-    for r in rows:
-        print(
-            f"{r['source_key']}@{r['source_etag']} row {r['source_row']}: "
-            f"{r['reason']}: {r['detail']}"
-        )
-    print(f"{len(rows)} row(s) held back")
-    return 0
-
-
-QUARANTINE = Command(
-    "quarantine",
-    "list rows and files held back, with reasons",
-    _quarantine_arguments,
-    run_quarantine,
-)
-
-
 def _reruns_arguments(p: argparse.ArgumentParser) -> None:
     _urls(p, upstream=False)
     p.add_argument(
@@ -438,9 +406,10 @@ def run_reruns(args: argparse.Namespace) -> int:
 
     cfg = settings()
     warehouse_url = args.warehouse or cfg.warehouse
-    # Listing reads only: a mistyped path is an error, never a new folder.
-    checks.store(warehouse_url, what="warehouse", create=bool(args.request))
-    warehouse = open_warehouse(warehouse_url, create=bool(args.request))
+    # A mistyped path is an error, never a new folder (a request too: it needs a warehouse
+    # whose release it re-measures).
+    checks.warehouse(warehouse_url)
+    warehouse = open_warehouse(warehouse_url, create=False)
     if args.request:
         _start_prefect(args)
         made = request_rerun(
@@ -493,26 +462,6 @@ def run_rerun(args: argparse.Namespace) -> int:
 
 RERUN = Command(
     "rerun", "run a liger-kernel release's benchmarks on this GPU", _rerun_arguments, run_rerun
-)
-
-
-def _regressions_arguments(p: argparse.ArgumentParser) -> None:
-    from kindex_etl.analysis import command
-
-    command.add_arguments(p)
-
-
-def run_regressions(args: argparse.Namespace) -> int:
-    from kindex_etl.analysis import command
-
-    return command.run_from_args(args)
-
-
-REGRESSIONS = Command(
-    "regressions",
-    "find changes per series; write them and the report",
-    _regressions_arguments,
-    run_regressions,
 )
 
 
