@@ -259,7 +259,7 @@ def run_ingest(
     return summary
 
 
-def regressions_after_ingest(warehouse: str) -> None:
+def regressions_after_ingest(warehouse: str) -> dict[str, Any]:
     """Run the regressions flow as a subflow of an ingest that committed something.
 
     The ingest's cached ingestor goes first: the analysis reads the whole warehouse, and in
@@ -270,4 +270,8 @@ def regressions_after_ingest(warehouse: str) -> None:
     from kindex_etl.ingestion.run import forget_ingestor
 
     forget_ingestor()
-    regressions_flow(warehouse=warehouse)
+    progress.stage("looking for regressions in the warehouse (the chained analysis)")
+    found = regressions_flow(warehouse=warehouse)
+    # What the ingest's summary says of it: counts and where the report is, not the changes.
+    keys = ("alerts", "new_alerts", "new_changes", "commit", "report", "elapsed_s", "seq")
+    return {"changes": len(found["changes"]), **{k: found[k] for k in keys}}

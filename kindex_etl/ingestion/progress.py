@@ -39,6 +39,7 @@ class Progress:
     commits: list[int] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     inflight: dict[str, int] = field(default_factory=dict)  # object key -> bytes read so far
+    stage: str = ""  # what runs after the batches (the chained analysis), for the watchers
 
     @property
     def bytes_seen(self) -> int:
@@ -88,7 +89,7 @@ class Progress:
         )
 
 
-Event = str  # "planned" | "rows" | "batch"
+Event = str  # "planned" | "rows" | "batch" | "stage"
 Listener = Callable[[Event, Progress], None]
 
 _lock = threading.Lock()
@@ -161,6 +162,15 @@ def batch_done(outcome: BatchOutcome, objects: int, size: int) -> None:
     if outcome.commit is not None:
         p.commits.append(outcome.commit)
     _notify("batch", p)
+
+
+def stage(text: str) -> None:
+    """The ingest's batches are done and `text` runs now (a bar at 100 % would look stuck)."""
+    p = _current
+    if p is None:
+        return
+    p.stage = text
+    _notify("stage", p)
 
 
 # -- stops ---------------------------------------------------------------------------------
