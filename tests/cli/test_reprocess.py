@@ -41,3 +41,18 @@ def test_reprocess_that_releases_every_held_row(tmp_path: Path, capsys) -> None:
     assert json.loads(capsys.readouterr().out)["rows"] == []
     assert main(args) == 0  # and again: nothing moves, nothing is committed
     assert json.loads(capsys.readouterr().out)["commit"] is None
+
+
+def test_reprocess_keeps_what_the_analyses_recorded(tmp_path: Path, capsys) -> None:
+    """Found by the month as deployed (issue 32): a reprocess retired every live file, the
+    regressions table's too, so the next analysis announced every known alert as new again."""
+    from kindex_etl.analysis.run import run_regressions
+    from tests.analysis.helpers import build_warehouse, series_rows
+
+    wh = build_warehouse(tmp_path, [series_rows([0.1] * 4 + [0.13] * 4)])
+    assert len(run_regressions(wh, report=False).new_alerts) == 1
+    catalog = _catalog_placing_the_held_gpu(tmp_path)  # a new catalog version: all re-stamped
+    assert main(["reprocess", "--warehouse", wh, "--catalog-dir", str(catalog), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["commit"] is not None
+    again = run_regressions(wh, report=False)
+    assert len(again.alerts) == 1 and again.new_alerts == [] and again.commit is None
