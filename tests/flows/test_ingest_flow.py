@@ -178,3 +178,19 @@ def test_a_run_shares_one_api_client_among_its_tasks_and_artifacts(
     # The run's one, and the one Prefect's flow engine opens to look up its result storage
     # (9 in all when each of the 4 tasks and 4 artifact calls opened its own).
     assert during_run <= 2
+
+
+def test_a_run_naming_another_warehouse_creates_its_limit(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    """Issue 32: deploy/setup.py creates the limit of the warehouses it is told of; a run with
+    another `warehouse` parameter ran without any ("Concurrency limits ... do not exist")."""
+    from prefect.client.orchestration import get_client
+
+    from flows.ingest import run_ingest_flow, warehouse_limit_name
+
+    warehouse = tmp_path / "another-warehouse"
+    run_ingest_flow(upstream=str(upstream.root), warehouse=str(warehouse), regressions=False)
+    with get_client(sync_client=True) as client:
+        limit = client.read_global_concurrency_limit_by_name(warehouse_limit_name(str(warehouse)))
+    assert (limit.limit, limit.active, limit.active_slots) == (1, True, 0)
