@@ -437,12 +437,22 @@ def run_reruns(args: argparse.Namespace) -> int:
         if made is None:
             _say(args, f"a re-run of {args.request} was already requested")
     records = list_reruns(warehouse.store)
+    from kindex_etl.cli import rerun_states
+
+    if rerun_states.needs_prefect(records):
+        # "started" says only that flow runs were created: ask Prefect where they are.
+        if not args.request:
+            _start_prefect(args)
+        records = rerun_states.with_live_states(records)
     if args.json:
         print(json.dumps({"reruns": records}, sort_keys=True))
         return 0
     for r in records:
         run = f" flow run {r['flowRunId']}" if r.get("flowRunId") else ""
         print(f"{r.get('version')}: {r.get('state')} (requested {r.get('requestedAt')}){run}")
+        if r.get("waitingFor"):
+            pools = ", ".join(r["waitingFor"])
+            print(f"  waiting for a worker of work pool {pools}: none has taken it yet")
         if r.get("error"):
             print(f"  error: {r['error']}")
         if r.get("state") in ("manual", "announced", "requested", "failed-to-start", "failed"):
