@@ -148,6 +148,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         store = open_store(wh)
         snap = json.loads(store.get_bytes("_kindex/snapshot.json"))
         startup = _startup_s(up, wh)
+        runs = len(reader_sees(wh).runs)
     finally:
         if moto is not None:
             moto.terminate()
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "seconds_per_day": round(elapsed / args.days, 2),
         "ingest_hour_s": sorted(round(s.seconds, 2) for s in steps if s.what.endswith("ingest")),
         "maintenance_s": [round(s.seconds, 2) for s in steps if s.what.endswith("maintenance")],
-        "runs": len(reader_sees(wh).runs),
+        "runs": runs,
         "commits": snap["seq"],
         "live_files_end": sum(len(v) for v in snap["tables"].values()),
         "startup_end_s": round(startup, 2),
