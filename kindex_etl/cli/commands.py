@@ -447,6 +447,8 @@ def run_reruns(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"reruns": records}, sort_keys=True))
         return 0
+    if args.quiet:
+        return 0
     for r in records:
         run = f" flow run {r['flowRunId']}" if r.get("flowRunId") else ""
         print(f"{r.get('version')}: {r.get('state')} (requested {r.get('requestedAt')}){run}")

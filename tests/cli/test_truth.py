@@ -151,7 +151,15 @@ Quiet = Callable[[list[str]], None]
 
 @pytest.mark.parametrize(
     "argv",
-    [["compact"], ["vacuum", "--retention-s", "0"], ["quarantine"], ["regressions"]],
+    [
+        ["compact"],
+        ["vacuum", "--retention-s", "0"],
+        ["quarantine"],
+        ["regressions"],
+        ["reruns"],
+        ["replay"],
+        ["reprocess"],
+    ],
     ids=" ".join,
 )
 def test_quiet_means_no_output(tmp_path: Path, capsys, argv: list[str]) -> None:
