@@ -57,9 +57,9 @@ def warehouse_limit_name(url: str) -> str:
 def warehouse_slot(url: str) -> Iterator[None]:
     """Hold the warehouse's one slot; waits while another run holds it.
 
-    The limit is created when missing (`ensure_warehouse_limit`), so every warehouse a run
-    names is serialized, not only those deploy/setup.py was told of. Without a configured API
-    (the embedded default) no slot is taken at all.
+    A deployment's run creates the limit when missing (`ensure_warehouse_limit`), so every
+    warehouse a run names is serialized, not only those deploy/setup.py was told of. Without a
+    configured API (the embedded default) no slot is taken at all.
     """
     from prefect.settings import PREFECT_API_URL
 
@@ -69,7 +69,12 @@ def warehouse_slot(url: str) -> Iterator[None]:
         yield
         return
     name = warehouse_limit_name(url)
-    ensure_warehouse_limit(name)
+    run = FlowRunContext.get()
+    if run is not None and run.flow_run is not None and run.flow_run.deployment_id is not None:
+        # A deployment's run (a worker's process): serialized whatever warehouse it names.
+        # Not the CLI's in-process runs: a stopped command (os._exit) would leave its slot
+        # held, and the next command on that warehouse would wait for the lease to lapse.
+        ensure_warehouse_limit(name)
     with concurrency(name, occupy=1, strict=False):
         yield
 
