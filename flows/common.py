@@ -16,7 +16,7 @@ import hashlib
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, cast
 
 from prefect import get_run_logger, task
@@ -57,9 +57,9 @@ def warehouse_limit_name(url: str) -> str:
 def warehouse_slot(url: str) -> Iterator[None]:
     """Hold the warehouse's one slot; waits while another run holds it.
 
-    strict=False: when the limit was never created, Prefect logs "Concurrency limits [...] do
-    not exist - skipping acquisition." and the run goes ahead unserialized (still correct).
-    Without a configured API (the embedded default) no slot is taken at all.
+    A deployment's run creates the limit when missing (`ensure_warehouse_limit`), so every
+    warehouse a run names is serialized, not only those deploy/setup.py was told of. Without a
+    configured API (the embedded default) no slot is taken at all.
     """
     from prefect.settings import PREFECT_API_URL
 
@@ -68,8 +68,36 @@ def warehouse_slot(url: str) -> Iterator[None]:
         # exists and none could serialize anything. The commit protocol still guards writes.
         yield
         return
-    with concurrency(warehouse_limit_name(url), occupy=1, strict=False):
+    name = warehouse_limit_name(url)
+    run = FlowRunContext.get()
+    if run is not None and run.flow_run is not None and run.flow_run.deployment_id is not None:
+        # A deployment's run (a worker's process): serialized whatever warehouse it names.
+        # Not the CLI's in-process runs: a stopped command (os._exit) would leave its slot
+        # held, and the next command on that warehouse would wait for the lease to lapse.
+        ensure_warehouse_limit(name)
+    with concurrency(name, occupy=1, strict=False):
         yield
+
+
+def ensure_warehouse_limit(name: str) -> None:
+    """Create the warehouse's limit (1 slot) unless it exists.
+
+    deploy/setup.py creates it for the warehouses it is told of; a run naming another one (a
+    `warehouse` parameter) ran unserialized ("Concurrency limits ... do not exist", issue 32).
+    Two runs creating it at once: one wins, the other's conflict is the same outcome.
+    """
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            with suppress(ObjectAlreadyExists):
+                client.create_global_concurrency_limit(
+                    GlobalConcurrencyLimitCreate(name=name, limit=1, active=True)
+                )
 
 
 def transient(task: Any, task_run: Any, state: State[Any]) -> bool:
@@ -259,7 +287,7 @@ def run_ingest(
     return summary
 
 
-def regressions_after_ingest(warehouse: str, after_seq: int | None = None) -> None:
+def regressions_after_ingest(warehouse: str, after_seq: int | None = None) -> dict[str, Any]:
     """Run the regressions flow as a subflow of an ingest that committed something: on the
     series that its commits (those after `after_seq`) touched.
 
@@ -271,4 +299,8 @@ def regressions_after_ingest(warehouse: str, after_seq: int | None = None) -> No
     from kindex_etl.ingestion.run import forget_ingestor
 
     forget_ingestor()
-    regressions_flow(warehouse=warehouse, after_seq=after_seq)
+    progress.stage("looking for regressions in the warehouse (the chained analysis)")
+    found = regressions_flow(warehouse=warehouse, after_seq=after_seq)
+    # What the ingest's summary says of it: counts and where the report is, not the changes.
+    keys = ("alerts", "new_alerts", "new_changes", "commit", "report", "elapsed_s", "seq")
+    return {"changes": len(found["changes"]), **{k: found[k] for k in keys}}

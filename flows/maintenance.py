@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 
+from flows.artifacts import _sync
 from flows.common import IO_RETRY_DELAYS, transient, warehouse_slot
 from kindex_etl.config import settings
 from kindex_etl.maintenance import compact, vacuum
@@ -43,9 +44,26 @@ def maintenance_flow(
     Holds the warehouse's concurrency slot like an ingest, so the two queue instead of racing
     for the next commit (either would win correctly; the loser would redo its work).
     """
+    from prefect.artifacts import create_markdown_artifact
+
+    from kindex_etl.cli.maintenance import compact_human, vacuum_human
+
     url = warehouse or settings().warehouse
+    logger = get_run_logger()
     with warehouse_slot(url):
         out = {"compact": compact_task(url, target_rows)}
+        # What it did, in the run's log and on its page (it said nothing; issue 32).
+        lines = [compact_human(out["compact"])]
+        logger.info("%s", lines[-1])
         if vacuum_retired:
             out["vacuum"] = vacuum_task(url, retention_s)
+            lines.append(vacuum_human(out["vacuum"]))
+            logger.info("%s", lines[-1])
+    _sync(
+        create_markdown_artifact,
+        key="kindex-maintenance",
+        markdown=f"# kindex-etl maintenance\n\n- warehouse: `{url}`\n"
+        + "".join(f"- {line.replace(chr(10), ' ')}\n" for line in lines),
+        description="kindex-etl maintenance: what compaction and vacuum did",
+    )
     return out

@@ -46,6 +46,28 @@ def existing_store(url: str, *, what: str) -> ObjectStore:
     return store(url, what=what, create=False)
 
 
+def warehouse(url: str) -> ObjectStore:
+    """The store of an existing warehouse: every command but `ingest` (and `backfill`, an
+    ingest) refuses a URL that holds none, creating nothing (issue 32: a mistyped prefix made
+    `compact` write a snapshot there, and a scheduled job succeeded on the wrong target)."""
+    from kindex_etl.cli import stops
+    from kindex_etl.load.warehouse import Warehouse
+
+    opened = existing_store(url, what="warehouse")
+    try:
+        warehouse = Warehouse(opened)
+        warehouse.refresh()
+    except (StorageError, OSError) as exc:
+        raise CheckFailed(f"warehouse: {exc}") from None
+    if warehouse.head == 0:
+        raise CheckFailed(
+            f"warehouse: no warehouse at {url} (nothing was ever committed there; "
+            "`kindex-etl ingest` makes one)"
+        )
+    stops.watch(url, warehouse.head)  # a stop then tells what was committed since
+    return opened
+
+
 def backfill_filters(
     upstream: ObjectStore, filters: dict[str, Any]
 ) -> tuple[Selection, list[str] | None]:

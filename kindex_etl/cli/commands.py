@@ -70,7 +70,17 @@ def _human_summary(s: dict[str, Any]) -> str:
         lines.append(f"GPU re-run for {r['version']}: {r.get('state', 'requested')}")
         if r.get("howToRun"):
             lines.append(f"  run it with: {r['howToRun']}")
-    lines.append(f"took {s['elapsed_s']:.2f} s")
+    found = s.get("analysis")
+    if found:
+        lines.append(
+            f"regressions: {found['changes']} changes, {found['alerts']} alerts "
+            f"({found['new_alerts']} new)"
+            + (f"; report: {found['report']}" if found.get("report") else "")
+        )
+    parts = [f"{k} {s[k + '_s']:.2f} s" for k in ("ingest",) if s.get(k + "_s") is not None]
+    if found:
+        parts.append(f"analysis {found['elapsed_s']:.2f} s")
+    lines.append(f"took {s['elapsed_s']:.2f} s" + (f" ({', '.join(parts)})" if parts else ""))
     return "\n".join(lines)
 
 
@@ -142,7 +152,11 @@ def _answered_idle(
 
 
 def run_ingest(args: argparse.Namespace) -> int:
+    import time
+
     from kindex_etl.cli.display import showing
+
+    started = time.monotonic()
 
     cfg = settings()
     upstream, warehouse = args.upstream or cfg.upstream, args.warehouse or cfg.warehouse
@@ -167,6 +181,8 @@ def run_ingest(args: argparse.Namespace) -> int:
             return_state=True,
         )
         summary = state.result()
+    # The command's time, as its user waited for it: Prefect's start-up and the analysis too.
+    summary["elapsed_s"] = time.monotonic() - started
     _emit(args, summary, _human_summary(summary))
     return 0
 
@@ -315,7 +331,7 @@ BACKFILL = Command(
 )
 
 
-# -- replay, quarantine, reruns ------------------------------------------------------------
+# -- replay, reprocess, reruns (quarantine, regressions: findings.py) --------------------------
 
 
 def _replay_arguments(p: argparse.ArgumentParser) -> None:
@@ -336,7 +352,7 @@ def run_replay(args: argparse.Namespace) -> int:
 
     cfg = settings()
     warehouse = args.warehouse or cfg.warehouse
-    checks.existing_store(warehouse, what="warehouse")
+    checks.warehouse(warehouse)
     catalog_dir = args.catalog_dir or cfg.catalog_dir
     catalog = load_catalog(catalog_dir) if catalog_dir else None
     summary = replay(warehouse, catalog=catalog).as_dict()
@@ -355,7 +371,7 @@ def run_reprocess(args: argparse.Namespace) -> int:
 
     cfg = settings()
     warehouse = args.warehouse or cfg.warehouse
-    checks.existing_store(warehouse, what="warehouse")
+    checks.warehouse(warehouse)
     catalog_dir = args.catalog_dir or cfg.catalog_dir
     report = reprocess(warehouse, catalog=load_catalog(catalog_dir) if catalog_dir else None)
     r = report.as_dict()
@@ -383,38 +399,6 @@ REPROCESS = Command(
 )
 
 
-def _quarantine_arguments(p: argparse.ArgumentParser) -> None:
-    _urls(p, upstream=False)
-    _json_flag(p, '{"rows": [...]}')
-
-
-def run_quarantine(args: argparse.Namespace) -> int:
-    from kindex_etl.ingestion.replay import open_quarantine
-
-    warehouse = args.warehouse or settings().warehouse
-    checks.existing_store(warehouse, what="warehouse")
-    table = open_quarantine(warehouse)
-    rows = table.select(["source_key", "source_etag", "source_row", "reason", "detail"]).to_pylist()
-    if args.json:
-        print(json.dumps({"rows": rows}, sort_keys=True))
-        return 0
-    for r in rows:
-        print(
-            f"{r['source_key']}@{r['source_etag']} row {r['source_row']}: "
-            f"{r['reason']}: {r['detail']}"
-        )
-    print(f"{len(rows)} row(s) held back")
-    return 0
-
-
-QUARANTINE = Command(
-    "quarantine",
-    "list rows and files held back, with reasons",
-    _quarantine_arguments,
-    run_quarantine,
-)
-
-
 def _reruns_arguments(p: argparse.ArgumentParser) -> None:
     _urls(p, upstream=False)
     p.add_argument(
@@ -438,9 +422,10 @@ def run_reruns(args: argparse.Namespace) -> int:
 
     cfg = settings()
     warehouse_url = args.warehouse or cfg.warehouse
-    # Listing reads only: a mistyped path is an error, never a new folder.
-    checks.store(warehouse_url, what="warehouse", create=bool(args.request))
-    warehouse = open_warehouse(warehouse_url, create=bool(args.request))
+    # A mistyped path is an error, never a new folder (a request too: it needs a warehouse
+    # whose release it re-measures).
+    checks.warehouse(warehouse_url)
+    warehouse = open_warehouse(warehouse_url, create=False)
     if args.request:
         _start_prefect(args)
         made = request_rerun(
@@ -452,12 +437,24 @@ def run_reruns(args: argparse.Namespace) -> int:
         if made is None:
             _say(args, f"a re-run of {args.request} was already requested")
     records = list_reruns(warehouse.store)
+    from kindex_etl.cli import rerun_states
+
+    if rerun_states.needs_prefect(records):
+        # "started" says only that flow runs were created: ask Prefect where they are.
+        if not args.request:
+            _start_prefect(args)
+        records = rerun_states.with_live_states(records)
     if args.json:
         print(json.dumps({"reruns": records}, sort_keys=True))
+        return 0
+    if args.quiet:
         return 0
     for r in records:
         run = f" flow run {r['flowRunId']}" if r.get("flowRunId") else ""
         print(f"{r.get('version')}: {r.get('state')} (requested {r.get('requestedAt')}){run}")
+        if r.get("waitingFor"):
+            pools = ", ".join(r["waitingFor"])
+            print(f"  waiting for a worker of work pool {pools}: none has taken it yet")
         if r.get("error"):
             print(f"  error: {r['error']}")
         if r.get("state") in ("manual", "announced", "requested", "failed-to-start", "failed"):
@@ -493,26 +490,6 @@ def run_rerun(args: argparse.Namespace) -> int:
 
 RERUN = Command(
     "rerun", "run a liger-kernel release's benchmarks on this GPU", _rerun_arguments, run_rerun
-)
-
-
-def _regressions_arguments(p: argparse.ArgumentParser) -> None:
-    from kindex_etl.analysis import command
-
-    command.add_arguments(p)
-
-
-def run_regressions(args: argparse.Namespace) -> int:
-    from kindex_etl.analysis import command
-
-    return command.run_from_args(args)
-
-
-REGRESSIONS = Command(
-    "regressions",
-    "find changes per series; write them and the report",
-    _regressions_arguments,
-    run_regressions,
 )
 
 

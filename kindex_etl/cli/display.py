@@ -32,6 +32,8 @@ class Lines:
             )
         elif event == "batch":
             print(f"kindex-etl: {p.describe()}", file=self.stream, flush=True)
+        elif event == "stage":
+            print(f"kindex-etl: {p.stage}", file=self.stream, flush=True)
 
 
 class Bar:
@@ -65,6 +67,10 @@ class Bar:
         self.task: Any = None
 
     def __call__(self, event: Event, p: Progress) -> None:
+        if event == "stage":
+            self.close()  # the bar is done: say what runs now instead of sitting at 100 %
+            self.console.print(f"kindex-etl: {p.stage}")
+            return
         fields: dict[str, Any] = {
             "objects": f"{p.objects_done}/{p.objects_total} objects",
             "rows": f"{p.rows_read:,} rows",
@@ -78,6 +84,7 @@ class Bar:
     def close(self) -> None:
         if self.task is not None:
             self.bar.stop()
+            self.task = None
 
 
 @contextmanager

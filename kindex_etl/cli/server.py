@@ -108,9 +108,16 @@ def check_answers(url: str, source: str, budget_s: float = CONFIGURED_API_BUDGET
             reason = type(exc).__name__
         if attempt == 0:
             time.sleep(min(0.3, max(0.0, deadline - time.monotonic())))
+    # A profile's URL outlives the server it named (`prefect config set PREFECT_API_URL=...`):
+    # every command fails until it is unset, so say how (issue 32; docs/deploy.md).
+    undo = (
+        "; or forget it for good: prefect config unset PREFECT_API_URL"
+        if source.startswith("Prefect profile")
+        else ""
+    )
     raise PrefectUnavailable(
         f"the Prefect API at {url} (from {source}) does not answer ({reason}); start that "
-        "server, or run this command on a local one: PREFECT_API_URL= kindex-etl ..."
+        f"server, or run this command on a local one: PREFECT_API_URL= kindex-etl ...{undo}"
     )
 
 

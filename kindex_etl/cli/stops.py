@@ -22,10 +22,48 @@ from kindex_etl.ingestion import progress
 GRACE_S = 4.0  # the longest a stop waits for a commit to become visible
 
 
+ASK_S = 2.0  # the longest a stop waits to read the warehouse's head
+
+# The warehouse a command works on and its head when the command began (`watch`): for the
+# commands whose work is not an ingest's batches (compact, vacuum, replay, reprocess,
+# regressions), a stop reads the head again to tell what was committed meanwhile.
+_watched: tuple[str, int] | None = None
+
+
+def watch(url: str, head: int) -> None:
+    global _watched
+    _watched = (url, head)
+    progress.forget()  # what a stop says is of this command, not of an earlier ingest
+
+
+def _head(url: str) -> int:
+    from kindex_etl.load.warehouse import open_warehouse
+
+    warehouse = open_warehouse(url, create=False)
+    warehouse.refresh()
+    return warehouse.head
+
+
+def _since_start() -> str:
+    if _watched is None:
+        return "nothing was committed"
+    url, before = _watched
+    found: list[int] = []
+    reader = threading.Thread(target=lambda: found.append(_head(url)), daemon=True)
+    reader.start()
+    reader.join(ASK_S)
+    if not found:
+        return f"the warehouse did not answer in {ASK_S:.0f} s; any commit made is whole"
+    if found[0] == before:
+        return "nothing was committed"
+    span = f"commit {found[0]}" if found[0] == before + 1 else f"commits {before + 1}-{found[0]}"
+    return f"the warehouse moved from commit {before} to {found[0]} ({span}, each whole)"
+
+
 def _line(signum: int) -> str:
     name = "interrupted" if signum == signal.SIGINT else "stopped (SIGTERM)"
     p = progress.current()
-    done = p.committed_line() if p is not None else "nothing was committed"
+    done = p.committed_line() if p is not None and p.commits else _since_start()
     return f"kindex-etl: {name}: {done}; run the same command again to continue"
 
 

@@ -63,6 +63,7 @@ def commit_sources(
                 warehouse.refresh()
                 continue
             ingestor.committed()
+            progress.commit_made(seq, staged.reports)
             fault_point("after_commit")
             warehouse.publish(staged.record)
             fault_point("after_publish")

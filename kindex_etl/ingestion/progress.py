@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kindex_etl.ingestion.commit import BatchOutcome
@@ -39,6 +39,8 @@ class Progress:
     commits: list[int] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
     inflight: dict[str, int] = field(default_factory=dict)  # object key -> bytes read so far
+    stage: str = ""  # what runs after the batches (the chained analysis), for the watchers
+    tallied: int = 0  # objects of the batch in flight whose commit is counted (`commit_made`)
 
     @property
     def bytes_seen(self) -> int:
@@ -82,13 +84,14 @@ class Progress:
             return "nothing was committed"
         first, last = self.commits[0], self.commits[-1]
         span = f"commit {first}" if first == last else f"commits {first}-{last}"
+        done = self.batches_done + (1 if self.tallied else 0)
         return (
-            f"{self.batches_done} of {self.batches_total} batch(es) committed ({span}: "
-            f"{self.objects_done} objects, {self.runs_written:,} runs)"
+            f"{done} of {self.batches_total} batch(es) committed ({span}: "
+            f"{self.objects_done + self.tallied} objects, {self.runs_written:,} runs)"
         )
 
 
-Event = str  # "planned" | "rows" | "batch"
+Event = str  # "planned" | "rows" | "batch" | "stage"
 Listener = Callable[[Event, Progress], None]
 
 _lock = threading.Lock()
@@ -131,6 +134,12 @@ def planned(plan: Plan) -> Progress:
     return _current
 
 
+def forget() -> None:
+    """No ingest of this process is in flight any more (a command of another kind starts)."""
+    global _current
+    _current = None
+
+
 def rows_read(key: str, rows: int, offset: int) -> None:
     """`rows` more rows of object `key` were read, up to byte `offset` of it."""
     global _last_rows
@@ -154,13 +163,42 @@ def batch_done(outcome: BatchOutcome, objects: int, size: int) -> None:
     p.batches_done += 1
     p.objects_done += objects
     p.bytes_done += size
-    for r in outcome.reports:
+    if not p.tallied:
+        _tally(p, outcome.reports, outcome.commit)
+    p.tallied = 0
+    _notify("batch", p)
+
+
+def _tally(p: Progress, reports: Iterable[Any], commit: int | None) -> None:
+    for r in reports:
         p.runs_written += r.runs
         p.duplicates += r.duplicates
         p.quarantined += r.quarantined
-    if outcome.commit is not None:
-        p.commits.append(outcome.commit)
-    _notify("batch", p)
+    if commit is not None:
+        p.commits.append(commit)
+
+
+def commit_made(seq: int, reports: list[Any]) -> None:
+    """A batch's commit record is written: count it now, inside the commit's shield.
+
+    A stop asked for during the commit runs right when the shield ends, before the flow
+    hears of the batch (`batch_done`): counted only there, the stop said "nothing was
+    committed" of a published commit (issue 32).
+    """
+    p = _current
+    if p is None or p.batches_done >= p.batches_total:
+        return  # no planned ingest in flight (a replay, a reprocess, an API ingest)
+    _tally(p, reports, seq)
+    p.tallied = max(1, len(reports))  # one report per object
+
+
+def stage(text: str) -> None:
+    """The ingest's batches are done and `text` runs now (a bar at 100 % would look stuck)."""
+    p = _current
+    if p is None:
+        return
+    p.stage = text
+    _notify("stage", p)
 
 
 # -- stops ---------------------------------------------------------------------------------
@@ -182,6 +220,8 @@ def shielded() -> Iterator[None]:
         with _shield_lock:
             _shielded -= 1
             action = _deferred if _shielded == 0 else None
+            if action is not None:
+                _deferred = None  # once: a later commit of this process must not run it again
         if action is not None:
             action()
 

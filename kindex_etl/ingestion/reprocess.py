@@ -54,6 +54,8 @@ RAW_RUN_COLUMNS = [
     "source_etag",
     "source_row",
 ]
+# Tables a reprocess leaves as they are (kindex_etl.analysis writes them, not the ingest).
+ANALYSES = frozenset({layout.REGRESSIONS, f"documents/{layout.REGRESSIONS}"})
 # Newer warehouses keep the kernel name exactly as upstream wrote it (`dyt_beta=True`).
 SOURCE_KERNEL = "source_kernel"
 
@@ -225,7 +227,9 @@ def reprocess(warehouse_url: str, *, catalog: Catalog | None = None) -> Reproces
         if not report.moved and not report.released and not report.newly_held and stamped:
             warehouse.drop_staging(record.batch)
             return report
-        live = sorted(warehouse.state.live())
+        # Everything derived from upstream rows is re-derived; what the analyses recorded is
+        # history, not derived here: retiring it made the next analysis re-announce every alert.
+        live = sorted(k for k in warehouse.state.live() if layout.table_of(k) not in ANALYSES)
         record = record.model_copy(update={"kind": REPROCESS, "retires": live, "rebuild": True})
         try:
             report.commit = warehouse.commit(record)
@@ -250,8 +254,9 @@ def _read_staged(
         for f in record.files
         if layout.table_of(f.key) == table
     ]
-    if not parts:
-        return pa.table({c: pa.array([], RUN_SCHEMA.field(c).type) for c in columns})
+    if not parts:  # e.g. nothing held back any more: the table's own schema, empty
+        schema = QUARANTINE_SCHEMA if table == layout.QUARANTINE else RUN_SCHEMA
+        return pa.table({c: pa.array([], schema.field(c).type) for c in columns})
     return pa.concat_tables(parts)
 
 

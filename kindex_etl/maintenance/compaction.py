@@ -30,7 +30,9 @@ from kindex_etl.contracts.tables import (
     IMPLEMENTATION_SCHEMA,
     PROTOCOL_SCHEMA,
     QUARANTINE_SCHEMA,
+    REGRESSIONS_SCHEMA,
     RUN_WRITE_SCHEMA,
+    TRIAGE_SCHEMA,
     WORKLOAD_SCHEMA,
 )
 from kindex_etl.errors import PreconditionFailed, StorageError
@@ -51,6 +53,10 @@ WRITE_SCHEMAS: dict[str, pa.Schema] = {
     layout.WORKLOADS: WORKLOAD_SCHEMA,
     layout.IMPLEMENTATIONS: IMPLEMENTATION_SCHEMA,
     layout.QUARANTINE: QUARANTINE_SCHEMA,
+    # The chained analysis appends one file per run that found something new (issue 32).
+    layout.REGRESSIONS: REGRESSIONS_SCHEMA,
+    # One file per verdict: a few a day, compacted like the rest.
+    layout.TRIAGE: TRIAGE_SCHEMA,
 }
 
 

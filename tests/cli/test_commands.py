@@ -70,3 +70,38 @@ def test_ingest_chains_the_regressions_flow_unless_told_not_to(tmp_path, cli_env
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["runs_written"] == 1
         assert (warehouse / "reports" / "index.html").exists() == report
+
+
+def test_ingest_says_what_its_analysis_found_and_how_long_it_all_took(
+    tmp_path, cli_env, warm_server
+):
+    """Issue 32: the chained analysis ran unannounced (no alert count, no report path) and
+    "took 3.64 s" was said of a command that ran about 17 s."""
+    import time
+
+    from tests.analysis.helpers import series_rows
+
+    step = [0.1, 0.1, 0.1, 0.1, 0.13, 0.13, 0.13, 0.13]
+    upstream = tmp_path / "up"
+    write_csv(upstream / "benchmarks" / "0001" / "benchmark.csv", series_rows(step))
+    args = ["ingest", "--upstream", str(upstream), "--no-trigger"]
+    start = time.monotonic()
+    done = kindex(cli_env, *args, "--warehouse", str(tmp_path / "a"), "--json")
+    wall = time.monotonic() - start
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    found = summary["analysis"]
+    assert (found["changes"], found["alerts"], found["new_alerts"]) == (1, 1, 1)
+    assert found["report"] == str(tmp_path / "a" / "reports" / "index.html")
+    assert summary["elapsed_s"] >= summary["ingest_s"] + found["elapsed_s"]
+    assert wall - 3.0 < summary["elapsed_s"] <= wall  # all but the interpreter's start
+    assert "looking for regressions" in done.stderr
+
+    done = kindex(cli_env, *args, "--warehouse", str(tmp_path / "b"))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-2] == (
+        "regressions: 1 changes, 1 alerts (1 new); "
+        f"report: {tmp_path / 'b' / 'reports' / 'index.html'}"
+    )
+    assert lines[-1].startswith("took ") and "(ingest " in lines[-1] and "analysis " in lines[-1]

@@ -48,6 +48,9 @@ def test_a_configured_api_that_is_down_fails_fast_in_one_line(tmp_path, cli_env,
     assert len(lines) == 1 and lines[0].startswith("kindex-etl: error: the Prefect API at ")
     assert url in lines[0] and "PREFECT_API_URL= kindex-etl" in lines[0]
     assert ("'ops'" in lines[0]) == (where == "profile")
+    # Issue 32: after `prefect config set PREFECT_API_URL=...` and that server's stop, every
+    # command failed until `prefect config unset`, which nothing said.
+    assert ("prefect config unset PREFECT_API_URL" in lines[0]) == (where == "profile")
 
 
 def test_the_check_of_a_dead_api_takes_under_five_seconds():

@@ -68,3 +68,29 @@ def test_a_stop_mid_ingest_is_quick_clean_and_a_rerun_completes(
     summary = json.loads(again.stdout)
     assert summary["runs_written"] == total - committed and summary["objects_skipped"] >= 1
     assert table(warehouse, "benchmark_runs").num_rows == total
+
+
+def test_a_stop_right_after_a_maintenance_commit_says_it_was_made(tmp_path, monkeypatch):
+    """Issue 32: a stop of a command with no ingest batches said "nothing was committed",
+    whatever it had committed. The line a stop prints, taken at the moment compaction's commit
+    is published (what the signal handler prints, without ending this process)."""
+    import kindex_etl.maintenance.compaction as compaction
+    from kindex_etl.cli import main, stops
+    from tests.maintenance import hourly_upstream, ingest_hourly
+
+    upstream, wh = str(tmp_path / "up"), str(tmp_path / "wh")
+    hourly_upstream(upstream, 3)
+    ingest_hourly(upstream, wh)
+    lines: list[str] = []
+
+    def at(point: str) -> None:
+        if point in ("compact_after_stage", "compact_after_publish"):
+            lines.append(stops._line(signal.SIGINT))
+
+    monkeypatch.setattr(compaction, "fault_point", at)
+    assert main(["compact", "--warehouse", wh, "-q"]) == 0
+    assert lines == [
+        "kindex-etl: interrupted: nothing was committed; run the same command again to continue",
+        "kindex-etl: interrupted: the warehouse moved from commit 3 to 4 (commit 4, each whole); "
+        "run the same command again to continue",
+    ]

@@ -178,3 +178,31 @@ def test_a_run_shares_one_api_client_among_its_tasks_and_artifacts(
     # The run's one, and the one Prefect's flow engine opens to look up its result storage
     # (9 in all when each of the 4 tasks and 4 artifact calls opened its own).
     assert during_run <= 2
+
+
+def test_a_deployment_run_naming_another_warehouse_creates_its_limit(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    """Issue 32: deploy/setup.py creates the limit of the warehouses it is told of; a deployment
+    run with another `warehouse` parameter ran without any ("Concurrency limits ... do not
+    exist"). The run here is a deployment's flow run, executed as a worker executes it."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.flow_engine import run_flow
+
+    from flows.ingest import ingest_flow, warehouse_limit_name
+
+    warehouse = tmp_path / "another-warehouse"
+    parameters = {"upstream": str(upstream.root), "warehouse": str(warehouse),
+                  "regressions": False, "trigger": False}  # fmt: skip
+    with get_client(sync_client=True) as client:
+        flow_id = client.create_flow_from_name("kindex-ingest")
+        deployment = client.create_deployment(flow_id=flow_id, name="elsewhere",
+                                              entrypoint="flows/ingest.py:ingest_flow")  # fmt: skip
+        flow_run = client.create_flow_run_from_deployment(deployment, parameters=parameters)
+    asyncio.run(run_flow(ingest_flow, flow_run=flow_run, parameters=parameters))  # type: ignore[arg-type]
+    with get_client(sync_client=True) as client:
+        limit = client.read_global_concurrency_limit_by_name(warehouse_limit_name(str(warehouse)))
+        assert client.read_flow_run(flow_run.id).state.is_completed()  # type: ignore[union-attr]
+    assert (limit.limit, limit.active, limit.active_slots) == (1, True, 0)

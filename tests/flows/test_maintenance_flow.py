@@ -27,3 +27,22 @@ def test_maintenance_flow_compacts_then_vacuums(tmp_path: Path) -> None:
     snap = read_snapshot(wh)
     assert set(data_objects(wh)) == {k for keys in snap["tables"].values() for k in keys}
     assert view(wh, snap) == seen
+
+
+def test_the_maintenance_run_says_what_it_did(tmp_path: Path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Issue 32: the flow run logged nothing about what it did and published no artifact."""
+    import logging
+
+    from flows.maintenance import maintenance_flow
+    from tests.flows.conftest import flow_run_artifacts
+
+    upstream, wh = str(tmp_path / "up"), str(tmp_path / "wh")
+    hourly_upstream(upstream, 3)
+    ingest_hourly(upstream, wh)
+    with caplog.at_level(logging.INFO):
+        state = maintenance_flow(warehouse=wh, retention_s=0.0, return_state=True)
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("compacted in commit 4: ") for m in logged), logged
+    assert any(m.startswith("vacuumed in commit 5: ") for m in logged), logged
+    text = str(flow_run_artifacts(state)["kindex-maintenance"].data)
+    assert f"`{wh}`" in text and "compacted in commit 4" in text and "vacuumed in commit 5" in text
