@@ -54,6 +54,9 @@ class DetectorSettings:
     # This many kernels or more stepping the same way at one commit, on one kind of machine:
     # an environment change, not a kernel change (docs/regressions.md, "Controls").
     environment_kernels: int = 5
+    # Count those kernels whatever they moved (time or memory, either way): an environment
+    # change moves kernels both ways (`controls.mark_shared_steps`).
+    environment_across: bool = True
 
     @property
     def method(self) -> str:

@@ -139,6 +139,53 @@ def test_many_kernels_stepping_at_one_commit_are_an_environment_change(tmp_path:
     }
 
 
+def test_kernels_moving_either_way_at_one_commit_are_counted_together(tmp_path: Path) -> None:
+    # Five kernels move at commit 5: three slower, one faster, one in memory. No metric and
+    # direction holds five, as across upstream's Aug-Oct 2025 outage; together they do.
+    from dataclasses import replace
+
+    from kindex_etl.analysis.calibration import default_calibration
+
+    faster = [0.2] * 5 + [0.15] * 3
+    series: dict[tuple[str, str], Sequence[float]] = {
+        ("megatron_rms_norm", "liger"): STEP,
+        ("rms_norm", "liger"): STEP,
+        ("embedding", "liger"): STEP,
+        ("kto_loss", "liger"): faster,
+    }
+    up = tmp_path / "up"
+    for i, sha in enumerate(SHAS):
+        rows = [measured(v[i], commit=i, kernel=k, provider=p) for (k, p), v in series.items()]
+        rows.append(measured(STEP[i], commit=i, kernel="swiglu", metric="memory"))
+        write_csv(up / f"benchmarks/{sha}/benchmark.csv", rows)
+    ingest(str(up), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    store = open_store(str(tmp_path / "wh"))
+    changes = detect_changes(store, history=history()).changes
+    assert sorted((c["kernel"], c["metric"], c["direction"]) for c in changes) == [
+        ("embedding", "speed", "slower"),
+        ("kto_loss", "speed", "faster"),
+        ("megatron_rms_norm", "speed", "slower"),
+        ("rms_norm", "speed", "slower"),
+        ("swiglu", "memory", "larger"),
+    ]
+    assert {c["state"] for c in changes} == {"environment"}
+    assert {c["kernels_at_step"] for c in changes} == {5}
+    # Counted per metric and direction (the rule before), each piece is under five.
+    cal = default_calibration()
+    apart = replace(cal, settings=replace(cal.settings, environment_across=False))
+    changes = detect_changes(store, history=history(), calibration=apart).changes
+    assert {c["kernel"]: c["state"] for c in changes} == {
+        "embedding": "alert",
+        "kto_loss": "improvement",
+        "megatron_rms_norm": "alert",
+        "rms_norm": "alert",
+        "swiglu": "alert",
+    }
+    assert {c["kernel"]: c["kernels_at_step"] for c in changes} == {
+        "embedding": 3, "kto_loss": 1, "megatron_rms_norm": 3, "rms_norm": 3, "swiglu": 1,
+    }  # fmt: skip
+
+
 def test_a_harness_revision_splits_a_series(tmp_path: Path) -> None:
     # The benchmark script changed at commit 5: the +30 % there is the harness, not liger.
     wh = ci_warehouse(tmp_path, {(KERNEL, "liger"): STEP})
