@@ -365,6 +365,8 @@ class Calibration:
             environment_kernels=det.get(
                 "environment_kernels", DetectorSettings.environment_kernels
             ),
+            environment_across=det.get("environment_across", DetectorSettings.environment_across),
+            full_needs_pass=det.get("full_needs_pass", DetectorSettings.full_needs_pass),
         )
         rates = dict(data["measured"]["false_alarm_rate"])
         for metric in SCALE:
@@ -442,6 +444,8 @@ def calibrate(
             "memory_min_effect": settings.memory_min_effect,
             "memory_method": settings.memory_method,
             "environment_kernels": settings.environment_kernels,
+            "environment_across": settings.environment_across,
+            "full_needs_pass": settings.full_needs_pass,
         },
         "aa_pairs": {
             "speed": len(speed),

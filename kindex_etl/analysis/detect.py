@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +54,13 @@ class DetectorSettings:
     # This many kernels or more stepping the same way at one commit, on one kind of machine:
     # an environment change, not a kernel change (docs/regressions.md, "Controls").
     environment_kernels: int = 5
+    # Count those kernels whatever they moved (time or memory, either way): an environment
+    # change moves kernels both ways (`controls.mark_shared_steps`).
+    environment_across: bool = True
+    # A speed step of the `full` pass that neither `forward` nor `backward` of the same
+    # provider and workload takes (by `min_effect`, the same way, over the same points) is
+    # not the kernel's code: `controls` below, `_row`.
+    full_needs_pass: bool = True
 
     @property
     def method(self) -> str:
@@ -367,7 +374,7 @@ def detect(
         p.release_start.tolist(),
         p.vmax.tolist(),
     )
-    controls = _Controls(p, cols)
+    controls = _Controls(p, cols, changes)
     hist = default_history() if history is None else history
     return [
         _row(p, c, meta, cols, settings, false_alarm_rate, controls, hist)
@@ -436,17 +443,35 @@ class _Controls:
     workload, protocol, machine and origin (a bucket holds all of a workload's providers).
     Points are matched by rank: the same commit (or release, where no commit is known)."""
 
-    def __init__(self, p: Points, cols: _Columns) -> None:
+    def __init__(self, p: Points, cols: _Columns, changes: Sequence[Change] = ()) -> None:
         self.p, self.cols = p, cols
+        # Per series: the (point rank, slower or larger) where its changes start.
+        self.steps: dict[int, set[tuple[Any, bool]]] = {}
+        for ch in changes:
+            start, _ = p.releases(ch.series)
+            rank = cols.point["release_rank"][start + ch.after[0]]
+            self.steps.setdefault(ch.series, set()).add((rank, ch.log_ratio > 0))
         firsts = pa.array(p.release_start[p.series_start])
         meta = _columns(p.table, CONTROL_FIELDS).take(firsts)
         groups: dict[tuple[Any, ...], list[int]] = {}
+        # The same provider's other passes of the same workload: the key without the pass
+        # and its protocol (a digest per pass), with the provider.
+        by_pass: dict[tuple[Any, ...], list[int]] = {}
+        apart = [CONTROL_FIELDS.index(f) for f in ("operation_mode", "protocol_digest")]
+        self.mode = meta.column("operation_mode").to_pylist()
+        providers = cols.point["provider"]
         for s, key in enumerate(zip(*(meta.column(f).to_pylist() for f in CONTROL_FIELDS),
                                     strict=True)):  # fmt: skip
             # Without a workload (synthetic series) nothing says two series ran together.
             if key[CONTROL_FIELDS.index("workload_digest")] is not None:
                 groups.setdefault(key, []).append(s)
+                own = (
+                    *(v for i, v in enumerate(key) if i not in apart),
+                    providers[p.series_start[s]],
+                )
+                by_pass.setdefault(own, []).append(s)
         self.siblings = {s: members for members in groups.values() for s in members}
+        self.passes_of = {s: members for members in by_pass.values() for s in members}
         self._levels: dict[int, dict[Any, float]] = {}
 
     def _level(self, s: int) -> dict[Any, float]:
@@ -456,6 +481,27 @@ class _Controls:
             ranks = self.cols.point["release_rank"]
             found = self._levels[s] = {ranks[r]: self.cols.log_mean[r] for r in range(r0, r1)}
         return found
+
+    def full_only(self, c: Change) -> bool:
+        """Whether a step of the `full` pass is one that the same provider's `forward` and
+        `backward` of that workload, measured on both sides of it, do not take: no change of
+        theirs starts at the same point in the same direction. `full` times forward and
+        backward in one region; the kernel's code runs in those passes, so a change to it
+        shows in at least one of them where they are measured. False where no other pass was
+        measured on both sides (nothing says)."""
+        ranks = self.cols.point["release_rank"]
+        r0, _ = self.p.releases(c.series)
+        before, after = ranks[r0 + c.before[-1]], ranks[r0 + c.after[0]]
+        measured = False
+        for t in self.passes_of.get(c.series, []):
+            if self.mode[t] == self.mode[c.series]:
+                continue
+            level = self._level(t)
+            if before in level and after in level:
+                measured = True
+                if (after, c.log_ratio > 0) in self.steps.get(t, ()):
+                    return False
+        return measured
 
     def ratios(self, s: int, before: list[int], after: list[int]) -> dict[str, float]:
         """Provider -> its ratio over the same step (the same before and after points)."""
@@ -544,6 +590,14 @@ def _row(
         shared = math.log(baseline_ratio) * c.log_ratio > 0
         if shared and abs(math.log(baseline_ratio)) >= effect and abs(math.log(relative)) < effect:
             state = "environment"
+    if (
+        settings.full_needs_pass
+        and state in OPEN_STATES
+        and not c.deterministic
+        and meta["operation_mode"] == "full"
+        and controls.full_only(c)
+    ):
+        state = "environment"
     first_release = _release(history.first_release(after_commit)) if after_commit else after_version
     return {
         "change_id": change_id,

@@ -122,7 +122,9 @@ def detect_changes(
             points.append(release_points(bucket, cal.settings))
         del bucket  # else it stays alive while the next one is read and sorted
     mark_baseline_steps(result.changes)
-    mark_shared_steps(result.changes, cal.settings.environment_kernels)
+    mark_shared_steps(
+        result.changes, cal.settings.environment_kernels, cal.settings.environment_across
+    )
     result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result

@@ -139,6 +139,104 @@ def test_many_kernels_stepping_at_one_commit_are_an_environment_change(tmp_path:
     }
 
 
+def test_kernels_moving_either_way_at_one_commit_are_counted_together(tmp_path: Path) -> None:
+    # Five kernels move at commit 5: three slower, one faster, one in memory. No metric and
+    # direction holds five, as across upstream's Aug-Oct 2025 outage; together they do.
+    from dataclasses import replace
+
+    from kindex_etl.analysis.calibration import default_calibration
+
+    faster = [0.2] * 5 + [0.15] * 3
+    series: dict[tuple[str, str], Sequence[float]] = {
+        ("megatron_rms_norm", "liger"): STEP,
+        ("rms_norm", "liger"): STEP,
+        ("embedding", "liger"): STEP,
+        ("kto_loss", "liger"): faster,
+    }
+    up = tmp_path / "up"
+    for i, sha in enumerate(SHAS):
+        rows = [measured(v[i], commit=i, kernel=k, provider=p) for (k, p), v in series.items()]
+        rows.append(measured(STEP[i], commit=i, kernel="swiglu", metric="memory"))
+        write_csv(up / f"benchmarks/{sha}/benchmark.csv", rows)
+    ingest(str(up), str(tmp_path / "wh"), IngestOptions(trigger=False))
+    store = open_store(str(tmp_path / "wh"))
+    changes = detect_changes(store, history=history()).changes
+    assert sorted((c["kernel"], c["metric"], c["direction"]) for c in changes) == [
+        ("embedding", "speed", "slower"),
+        ("kto_loss", "speed", "faster"),
+        ("megatron_rms_norm", "speed", "slower"),
+        ("rms_norm", "speed", "slower"),
+        ("swiglu", "memory", "larger"),
+    ]
+    assert {c["state"] for c in changes} == {"environment"}
+    assert {c["kernels_at_step"] for c in changes} == {5}
+    # Counted per metric and direction (the rule before), each piece is under five.
+    cal = default_calibration()
+    apart = replace(cal, settings=replace(cal.settings, environment_across=False))
+    changes = detect_changes(store, history=history(), calibration=apart).changes
+    assert {c["kernel"]: c["state"] for c in changes} == {
+        "embedding": "alert",
+        "kto_loss": "improvement",
+        "megatron_rms_norm": "alert",
+        "rms_norm": "alert",
+        "swiglu": "alert",
+    }
+    assert {c["kernel"]: c["kernels_at_step"] for c in changes} == {
+        "embedding": 3, "kto_loss": 1, "megatron_rms_norm": 3, "rms_norm": 3, "swiglu": 1,
+    }  # fmt: skip
+
+
+def passes_warehouse(tmp: Path, passes: dict[str, Sequence[float]]) -> str:
+    """One kernel's liger series, one per pass (operation mode), one file per commit."""
+    up = tmp / "up"
+    for i, sha in enumerate(SHAS):
+        rows = [{**measured(v[i], commit=i), "kernel_operation_mode": mode}
+                for mode, v in passes.items()]  # fmt: skip
+        write_csv(up / f"benchmarks/{sha}/benchmark.csv", rows)
+    ingest(str(up), str(tmp / "wh"), IngestOptions(trigger=False))
+    return str(tmp / "wh")
+
+
+def test_a_full_pass_step_its_forward_and_backward_do_not_take_is_not_the_kernel(
+    tmp_path: Path,
+) -> None:
+    # `full` +30 % at commit 5, forward and backward flat: the kernel's code runs in those
+    # passes, so what moved is outside it (upstream's kto_loss full +11 % at 33924d2).
+    wh = passes_warehouse(tmp_path, {"full": STEP, "forward": FLAT, "backward": FLAT})
+    (c,) = detect_changes(open_store(wh), history=history()).changes
+    assert (c["operation_mode"], c["state"]) == ("full", "environment")
+    assert c["after_commit"] == SHAS[5]
+    # Backward takes the step too: a change in the kernel, both alerts.
+    both = passes_warehouse(tmp_path / "b", {"full": STEP, "forward": FLAT, "backward": STEP})
+    changes = detect_changes(open_store(both), history=history()).changes
+    assert {(c["operation_mode"], c["state"]) for c in changes} == {
+        ("full", "alert"),
+        ("backward", "alert"),
+    }
+    # Backward steps the other way: not the same change.
+    other = [0.2] * 5 + [0.15] * 3
+    away = passes_warehouse(tmp_path / "o", {"full": STEP, "backward": other})
+    states = {c["operation_mode"]: c["state"] for c in
+              detect_changes(open_store(away), history=history()).changes}  # fmt: skip
+    assert states == {"full": "environment", "backward": "improvement"}
+    # Only `full` measured: nothing says, the alert stands.
+    alone = passes_warehouse(tmp_path / "a", {"full": STEP})
+    (c,) = detect_changes(open_store(alone), history=history()).changes
+    assert c["state"] == "alert"
+
+
+def test_the_full_pass_rule_is_a_setting(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from kindex_etl.analysis.calibration import default_calibration
+
+    wh = passes_warehouse(tmp_path, {"full": STEP, "forward": FLAT, "backward": FLAT})
+    cal = default_calibration()
+    off = replace(cal, settings=replace(cal.settings, full_needs_pass=False))
+    (c,) = detect_changes(open_store(wh), history=history(), calibration=off).changes
+    assert c["state"] == "alert"
+
+
 def test_a_harness_revision_splits_a_series(tmp_path: Path) -> None:
     # The benchmark script changed at commit 5: the +30 % there is the harness, not liger.
     wh = ci_warehouse(tmp_path, {(KERNEL, "liger"): STEP})
