@@ -31,10 +31,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
-from kindex_etl.load import layout
+from kindex_etl.load import delta, layout
 from kindex_etl.storage import open_store
 from tests.helpers import FIXTURES, REPO
 from tests.warehouse import put_objects
@@ -150,39 +149,31 @@ class Seen:
 
 
 def reader_sees(url: str) -> Seen:
-    """The warehouse as a consumer reads it: `_kindex/snapshot.json`, then the files it names
-    (docs/reading.md). The one place that reads; the lead's Delta Lake route replaces it."""
+    """The warehouse as a consumer reads it (docs/reading.md): every table through its Delta
+    log, the documents through the files `document_files` lists. The one place that reads."""
     store = open_store(url)
-    if store.head(layout.SNAPSHOT) is None:
+    options = delta.storage_options(store)
+    runs_table = delta.open_table(store, layout.RUNS, options)
+    if runs_table is None:
         return Seen(0, (), (), 0)
-    snap = json.loads(store.get_bytes(layout.SNAPSHOT))
     tables: dict[str, int] = {}
-    runs: list[str] = []
+    for table in (*delta.PUBLISH_ORDER,):
+        dt = delta.open_table(store, table, options)
+        tables[table] = 0 if dt is None else dt.to_pyarrow_dataset().count_rows()
+    runs = runs_table.to_pyarrow_table(columns=["external_id"]).column(0).to_pylist()
+    listing = delta.open_table(store, delta.DOCUMENT_FILES, options)
     docs: list[str] = []
-    held = 0
-    for table, keys in snap["tables"].items():
-        if table.startswith("documents/"):
-            lines = []
-            for key in keys:
-                with pa.CompressedInputStream(pa.BufferReader(store.get_bytes(key)), "zstd") as s:
-                    lines += [json.loads(x) for x in s.read().decode().splitlines() if x]
-            tables[table] = len(lines)
-            if table == f"documents/{layout.RUNS}":
-                docs = [d["spec"]["sourceNative"]["externalId"] for d in lines]
-            continue
-        parts = [pq.read_table(io.BytesIO(store.get_bytes(k))) for k in keys]
-        rows = sum(p.num_rows for p in parts)
-        tables[table] = rows
-        if table == layout.RUNS:
-            runs = [i for p in parts for i in p.column("external_id").to_pylist()]
-        elif table == layout.QUARANTINE:
-            # Held back now: the snapshot's quarantine files but those a replay settled.
-            replayed = set()
-            for seq in range(1, int(snap["seq"]) + 1):
-                record = json.loads(store.get_bytes(layout.log_key(seq)))
-                replayed.update(record.get("replayed_files", []))
-            held = sum(p.num_rows for k, p in zip(keys, parts, strict=True) if k not in replayed)
-    return Seen(int(snap["seq"]), tuple(sorted(runs)), tuple(sorted(docs)), held, tables)
+    for f in [] if listing is None else listing.to_pyarrow_table().to_pylist():
+        with pa.CompressedInputStream(pa.BufferReader(store.get_bytes(f["path"])), "zstd") as s:
+            lines = [json.loads(x) for x in s.read().decode().splitlines() if x]
+        key = f"documents/{f['table']}"
+        tables[key] = tables.get(key, 0) + len(lines)
+        if f["table"] == layout.RUNS:
+            docs += [d["spec"]["sourceNative"]["externalId"] for d in lines]
+    seq = runs_table.transaction_version(delta.LOG_APP) or 0
+    # The quarantine's Delta table holds what is held back now (a replay's settled files left).
+    held = tables[layout.QUARANTINE]
+    return Seen(seq, tuple(sorted(runs)), tuple(sorted(docs)), held, tables)
 
 
 # -- the month -----------------------------------------------------------------------------

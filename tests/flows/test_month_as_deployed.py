@@ -33,7 +33,13 @@ def _fresh_catalog() -> Any:
 
 
 HOURS, DAY = 8, 4  # two "days" of four hours
-PROVENANCE = {"source_key", "source_etag", "source_row"}  # which object a row was first seen in
+# Which object a row was first seen in, and what that object says of it: a measurement that
+# both a per-commit file and the cumulative file hold is stored once, from whichever came
+# first, so hourly ingests and one clean ingest (which orders per-commit files first) may
+# differ there (docs/regressions.md, "Origins": the reverse order is a known gap).
+PROVENANCE = {
+    "source_key", "source_etag", "source_row", "origin", "commit_sha", "commit_position",
+}  # fmt: skip
 
 
 def _command(capsys: pytest.CaptureFixture[str]):
