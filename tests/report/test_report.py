@@ -12,17 +12,27 @@ import os
 import re
 import shutil
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
 
 from kindex_etl.analysis.run import Analysis, run_regressions
 from kindex_etl.load import layout
 from kindex_etl.load.warehouse import existing_warehouse
 from tests.report.browser import Browser
-from tests.report.history import ENVIRONMENT_KERNELS, H100, KERNELS, OTHER_GPUS, history_warehouse
+from tests.report.history import (
+    ENVIRONMENT_KERNELS,
+    ENVIRONMENT_STEP,
+    H100,
+    KERNELS,
+    OTHER_GPUS,
+    REGRESSION,
+    history_warehouse,
+)
 
 
 @pytest.fixture(scope="module")
@@ -176,14 +186,22 @@ def test_the_index_answers_at_a_glance(
     assert len(matrix["gpus"]) == 1 + len(OTHER_GPUS)
     # At each GPU's newest release: the H100's 0.8.1 has no change starting there.
     assert matrix["alerts"] == 0
-    # One GPU over releases: the environment step shows as liger alerts at 0.8.0 on the H100.
-    at_080 = browser.evaluate(
-        "(function(){var t=document.getElementById('releases-0');"
-        "var col=Array.prototype.map.call(t.tHead.rows[0].cells,function(c){return c.textContent;})"
-        ".indexOf('0.8.0');return Array.prototype.map.call(t.tBodies[0].rows,function(r){"
-        "return [r.cells[0].textContent, Number(r.cells[col].dataset.alerts||0)];});})()"
-    )
-    assert {k for k, n in at_080 if n} == set(ENVIRONMENT_KERNELS)
+
+    # One GPU over releases. The environment step (every provider of four kernels at 0.8.0 on
+    # the H100) is no alert: the baselines moved with liger (issue 30's controls). The
+    # liger-only regression of layer_norm's backward at 0.6.1 is one.
+    def alerts_at(release: str) -> set[str]:
+        cells = browser.evaluate(
+            "(function(){var t=document.getElementById('releases-0');"
+            "var col=Array.prototype.map.call(t.tHead.rows[0].cells,function(c){"
+            "return c.textContent;}).indexOf('" + release + "');"
+            "return Array.prototype.map.call(t.tBodies[0].rows,function(r){"
+            "return [r.cells[0].textContent, Number(r.cells[col].dataset.alerts||0)];});})()"
+        )
+        return {k for k, n in cells if n}
+
+    assert not alerts_at(ENVIRONMENT_STEP[0]) & set(ENVIRONMENT_KERNELS)
+    assert REGRESSION[0] in alerts_at(REGRESSION[2])
     # The GPU select shows one GPU's table at a time.
     visible = browser.evaluate(
         "(function(){var s=document.querySelector('select.gpu-pick');s.value='2';"
@@ -195,7 +213,7 @@ def test_the_index_answers_at_a_glance(
     coloured = browser.evaluate(
         "(function(){var s=document.querySelector('select.colour');s.value='change';"
         "s.dispatchEvent(new Event('change'));var c=document.querySelector("
-        "'#releases-0 td.cell[data-alerts=\"9\"]');return [document.getElementById("
+        "'#releases-0 td.cell:not([data-alerts=\"0\"])');return [document.getElementById("
         "'kernel-gpu').className, getComputedStyle(c).backgroundColor];})()"
     )
     assert "by-change" in coloured[0] and coloured[1] not in (
@@ -211,20 +229,30 @@ def test_the_index_answers_at_a_glance(
     assert groups[0] == "g-alert"
     summary = browser.evaluate("document.querySelector('#g-alert ul').innerText")
     liger_alerts = [c for c in result.alerts if c["provider"] == "liger"]
-    at_step = [c for c in liger_alerts if c["after_release"] == "0.8.0" and c["gpu_name"] == H100]
-    assert summary.splitlines()[0] == (
-        f"{len(at_step)} of {len(liger_alerts)} at 0.7.0 → 0.8.0 on {H100}"
+    # The summary's first line: the release boundary and GPU where most liger alerts start.
+    clusters = Counter(
+        (c["before_release"], c["after_release"], c["gpu_name"]) for c in liger_alerts
     )
+    most = max(clusters.values())
+    assert summary.splitlines()[0] in {
+        f"{n} of {len(liger_alerts)} at {b} → {a} on {g}"
+        for (b, a, g), n in clusters.items()
+        if n == most
+    }
     cols = browser.evaluate(
-        "(function(){function col(id,i){return Array.prototype.map.call("
-        "document.getElementById(id).tBodies[0].rows,function(r){return r.cells[i].innerText;});}"
+        "(function(){function col(id,i){var t=document.getElementById(id);"
+        "return t?Array.prototype.map.call(t.tBodies[0].rows,function(r){"
+        "return r.cells[i].innerText;}):[];}"
         "return {liger: col('g-alert-liger',3), base: col('g-alert-base',3),"
         " after: col('g-alert-liger',0)};})()"
     )
     assert set(cols["liger"]) == {"liger"} and "liger" not in set(cols["base"])
     assert len(cols["liger"]) == len(liger_alerts)
+    # A baseline's own step is environment, never an alert (issue 30): no baseline table here.
+    assert len(cols["base"]) == len([c for c in result.alerts if c["provider"] != "liger"])
     after = [a.split("\n")[0] for a in cols["after"]]
-    assert after[0] == "0.8.0" and after[-1] in ("0.6.1", "0.7.0")  # newest first
+    releases = sorted({c["after_release"] for c in liger_alerts}, key=Version, reverse=True)
+    assert after == sorted(after, key=Version, reverse=True) and after[0] == releases[0]
     # Nothing runs off the side of a 1400-pixel window.
     assert browser.evaluate(
         "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
