@@ -101,11 +101,9 @@ def storage_options(store: ObjectStore) -> dict[str, str] | None:
     call: session tokens expire), region and endpoint are handed over. These options hold a
     secret: never log them (delta-rs's errors do not echo them; tested).
     """
-    if isinstance(store, LocalStore):
+    if not store.url.startswith("s3://"):
         return None
     import boto3
-
-    from kindex_etl.storage.s3 import S3Store
 
     options: dict[str, str] = {}
     credentials = boto3.session.Session().get_credentials()
@@ -115,14 +113,16 @@ def storage_options(store: ObjectStore) -> dict[str, str] | None:
         options["AWS_SECRET_ACCESS_KEY"] = frozen.secret_key
         if frozen.token:
             options["AWS_SESSION_TOKEN"] = frozen.token
-    if isinstance(store, S3Store):
-        if store.region:
-            options["AWS_REGION"] = store.region
-        endpoint = store.endpoint_url
-        if not endpoint.endswith(".amazonaws.com"):
-            options["AWS_ENDPOINT_URL"] = endpoint
-            if endpoint.startswith("http://"):
-                options["AWS_ALLOW_HTTP"] = "true"
+    # Attributes, not isinstance: a store may be wrapped (fault injection, tests' interleaving)
+    # and an endpoint left out would send delta-rs to AWS while boto3 writes elsewhere.
+    region: str | None = getattr(store, "region", None)
+    if region:
+        options["AWS_REGION"] = region
+    endpoint: str | None = getattr(store, "endpoint_url", None)
+    if endpoint and not endpoint.endswith(".amazonaws.com"):
+        options["AWS_ENDPOINT_URL"] = endpoint
+        if endpoint.startswith("http://"):
+            options["AWS_ALLOW_HTTP"] = "true"
     return options
 
 

@@ -9,6 +9,7 @@ from tests.helpers import REPO
 
 def test_the_duckdb_query_the_demo_prints_runs_with_what_the_package_installs() -> None:
     """Issue 32: the demo printed a DuckDB query to copy; DuckDB came only with [test]."""
-    assert "the same with DuckDB (copy it)" in (REPO / "kindex_etl" / "demo.py").read_text()
+    demo = (REPO / "kindex_etl" / "demo.py").read_text()
+    assert "the same with DuckDB over the Delta table (copy it into Python)" in demo
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     assert any(d.split(">")[0].split("=")[0].strip() == "duckdb" for d in project["dependencies"])

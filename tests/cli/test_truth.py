@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kindex_etl.cli import main
+from kindex_etl.load import delta
 from tests.analysis.helpers import build_warehouse, series_rows
 from tests.maintenance import hourly_upstream, ingest_hourly
 
@@ -143,7 +144,12 @@ def test_compact_and_vacuum_speak_words_and_json(tmp_path: Path, capsys) -> None
     out = capsys.readouterr().out
     assert out.startswith("vacuumed in commit 5: ") and "retired file(s) deleted" in out
     assert main(["vacuum", "--warehouse", wh, "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"commit": None, "deleted": 0, "kept": 0}
+    assert json.loads(capsys.readouterr().out) == {
+        "commit": None,
+        "deleted": 0,
+        "kept": 0,
+        "delta_tables": len(delta.PUBLISH_ORDER) + 1,  # + document_files
+    }
 
 
 Quiet = Callable[[list[str]], None]
