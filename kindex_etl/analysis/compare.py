@@ -35,33 +35,42 @@ def _pairs(points: pd.DataFrame, side: str, a: Any, b: Any, match: Sequence[str]
     return left.merge(right, on=list(match), suffixes=("_a", "_b"), how="inner")
 
 
-def _summary(pairs: pd.DataFrame, min_effect: float) -> dict[str, Any]:
-    d = (pairs["log_value_b"] - pairs["log_value_a"]).to_numpy(float)
-    se = np.sqrt(pairs["sigma_a"].to_numpy(float) ** 2 + pairs["sigma_b"].to_numpy(float) ** 2)
-    n = len(d)
-    mean = float(d.mean())
-    noise_se = math.sqrt(float((se**2).mean()) / n)
-    if n >= 2:
-        spread_se = float(d.std(ddof=1)) / math.sqrt(n)
-        err = max(spread_se, noise_se)
-        q = float(stats.t.ppf(0.975, n - 1))
-    else:
-        err, q = noise_se, 1.959963984540054
-    low, high = math.exp(mean - q * err), math.exp(mean + q * err)
-    ratio = math.exp(mean)
-    exact = bool(pairs["deterministic_a"].all() and pairs["deterministic_b"].all())
-    if exact and n == 1:
-        low = high = ratio
-    differs = (low > 1 or high < 1 or (exact and ratio != 1)) and (
-        exact or abs(ratio - 1) >= min_effect
+def _summaries(pairs: pd.DataFrame, group: Sequence[str], min_effect: float) -> pd.DataFrame:
+    """Per group of pairs: n, ratio, its interval and the verdict, all groups at once (one
+    groupby, one t quantile per distinct n: per group in Python, this was a tenth of a 5M-run
+    analysis)."""
+    d = pairs["log_value_b"].to_numpy(float) - pairs["log_value_a"].to_numpy(float)
+    se2 = pairs["sigma_a"].to_numpy(float) ** 2 + pairs["sigma_b"].to_numpy(float) ** 2
+    exact_pair = pairs["deterministic_a"].to_numpy(bool) & pairs["deterministic_b"].to_numpy(bool)
+    frame = pairs[list(group)].assign(_d=d, _se2=se2, _exact=exact_pair)
+    agg = frame.groupby(list(group), dropna=False, sort=True, observed=True).agg(
+        pairs=("_d", "size"),
+        mean=("_d", "mean"),
+        sd=("_d", "std"),
+        se2=("_se2", "mean"),
+        exact=("_exact", "all"),
     )
-    return {
-        "pairs": n,
-        "ratio": ratio,
-        "ratio_low": low,
-        "ratio_high": high,
-        "verdict": ("higher" if ratio > 1 else "lower") if differs else NO_DIFFERENCE,
-    }
+    n = agg["pairs"].to_numpy(np.int64)
+    mean = agg["mean"].to_numpy(float)
+    noise_se = np.sqrt(agg["se2"].to_numpy(float) / n)
+    several = n >= 2
+    spread_se = np.where(several, agg["sd"].to_numpy(float), 0.0) / np.sqrt(n)
+    err = np.where(several, np.maximum(spread_se, noise_se), noise_se)
+    quantile = {k: float(stats.t.ppf(0.975, k - 1)) for k in np.unique(n[several]).tolist()}
+    q = np.array([quantile.get(k, 1.959963984540054) for k in n.tolist()], float)
+    ratio = np.exp(mean)
+    low, high = np.exp(mean - q * err), np.exp(mean + q * err)
+    exact = agg["exact"].to_numpy(bool)
+    single = exact & (n == 1)
+    low, high = np.where(single, ratio, low), np.where(single, ratio, high)
+    differs = ((low > 1) | (high < 1) | (exact & (ratio != 1))) & (
+        exact | (np.abs(ratio - 1) >= min_effect)
+    )
+    verdict = np.where(differs, np.where(ratio > 1, "higher", "lower"), NO_DIFFERENCE)
+    return pd.DataFrame(
+        {"pairs": n, "ratio": ratio, "ratio_low": low, "ratio_high": high, "verdict": verdict},
+        index=agg.index,
+    )
 
 
 def _compare(
@@ -76,11 +85,16 @@ def _compare(
     if points.empty:
         return []
     pairs = _pairs(points, side, a, b, match)
+    if pairs.empty:
+        return []
     out = []
-    for key, g in pairs.groupby(list(group), dropna=False, sort=True):
+    summaries = _summaries(pairs, group, min_effect)
+    columns = [summaries[c].tolist() for c in summaries.columns]
+    for key, *values in zip(summaries.index.tolist(), *columns, strict=True):
         row = dict(zip(group, key if isinstance(key, tuple) else (key,), strict=True))
         row = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-        out.append({**row, side + "_a": a, side + "_b": b, **_summary(g, min_effect)})
+        summary = dict(zip(summaries.columns, values, strict=True))
+        out.append({**row, side + "_a": a, side + "_b": b, **summary})
     return out
 
 
