@@ -302,5 +302,6 @@ def regressions_after_ingest(warehouse: str, after_seq: int | None = None) -> di
     progress.stage("looking for regressions in the warehouse (the chained analysis)")
     found = regressions_flow(warehouse=warehouse, after_seq=after_seq)
     # What the ingest's summary says of it: counts and where the report is, not the changes.
-    keys = ("alerts", "new_alerts", "new_changes", "commit", "report", "elapsed_s", "seq")
+    keys = ("alerts", "new_alerts", "new_changes", "retracted", "commit", "report", "elapsed_s",
+            "report_s", "seq")  # fmt: skip
     return {"changes": len(found["changes"]), **{k: found[k] for k in keys}}

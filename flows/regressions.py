@@ -2,7 +2,8 @@
 
 Chained from the ingest flow (it runs when that ingest committed something) and deployable on
 its own. The work is `kindex_etl.analysis.run.run_regressions`; this flow adds a markdown
-artifact of the new alerts and one Prefect event (`kindex.regression.alert`) per new alert.
+artifact of the new alerts and one Prefect event (`kindex.regression.alert`) per new alert,
+and `kindex.regression.retracted` per alert the analysis no longer finds.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 from prefect.events import emit_event
 
-from kindex_etl.analysis.alerts import event, markdown
+from kindex_etl.analysis.alerts import event, markdown, retraction_events
 from kindex_etl.analysis.run import Analysis, run_regressions
 from kindex_etl.config import settings
 
@@ -44,10 +45,13 @@ def regressions_flow(
     )
     for change in result.new_alerts:
         emit_event(**event(change, result.warehouse))
+    for retracted in retraction_events(result):
+        emit_event(**retracted)
     get_run_logger().info(
-        "%d changes, %d alerts, %d new",
+        "%d changes, %d alerts, %d new, %d retracted",
         len(result.changes),
         len(result.alerts),
         len(result.new_alerts),
+        len(result.retracted),
     )
     return result.as_dict()

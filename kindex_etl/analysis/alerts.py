@@ -7,6 +7,8 @@ from typing import Any
 from .run import Analysis
 
 EVENT = "kindex.regression.alert"
+# Told to whoever heard the alert: the analysis no longer finds that change.
+RETRACTED_EVENT = "kindex.regression.retracted"
 
 
 def markdown(result: Analysis) -> str:
@@ -20,6 +22,17 @@ def markdown(result: Analysis) -> str:
     ]
     if result.report:
         lines.append(f"- report: `{result.report}`")
+    if result.retracted:
+        lines.append(
+            f"- retracted: {len(result.retracted)} change(s) this analysis no longer finds ("
+            + ", ".join(
+                f"{c['kernel']}/{c['operation_mode']}/{c['provider']} {c['metric']} "
+                f"{commit_range(c)}, was {c.get('retracted_state') or '?'}"
+                for c in result.retracted[:10]
+            )
+            + (", ..." if len(result.retracted) > 10 else "")
+            + ")"
+        )
     lines += ["", "## New alerts", ""]
     if not result.new_alerts:
         lines.append("none")
@@ -56,10 +69,20 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def event(change: dict[str, Any], warehouse: str) -> dict[str, Any]:
-    """Keyword arguments for `prefect.events.emit_event` for one new alert."""
+def retraction_events(result: Analysis) -> list[dict[str, Any]]:
+    """One event per retracted change that had been an alert (those had their own event)."""
+    return [
+        event(c, result.warehouse, name=RETRACTED_EVENT)
+        for c in result.retracted
+        if c.get("retracted_state") == "alert"
+    ]
+
+
+def event(change: dict[str, Any], warehouse: str, *, name: str = EVENT) -> dict[str, Any]:
+    """Keyword arguments for `prefect.events.emit_event` for one new alert (or, by `name`,
+    another event about one change)."""
     return {
-        "event": EVENT,
+        "event": name,
         "resource": {
             "prefect.resource.id": f"kindex.series.{change['series_key']}",
             "prefect.resource.name": (
@@ -120,5 +143,7 @@ def event(change: dict[str, Any], warehouse: str) -> dict[str, Any]:
                 "relative_ratio",
                 "kernels_at_step",
             )
-        },
+        }
+        # A retraction says what the change had been.
+        | ({"retracted_state": change["retracted_state"]} if "retracted_state" in change else {}),
     }

@@ -12,17 +12,21 @@ import hashlib
 import json
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..load import layout
 from ..load.record import CommitRecord, FileEntry
 from ..load.warehouse import Warehouse
 from ..storage import ObjectStore, PreconditionFailed, StorageError
-from .schema import REGRESSIONS_SCHEMA, change_document
+from .schema import REGRESSIONS_SCHEMA, RETRACTED, change_document
+from .series import version_order
+from .spill import RUN_ID_FIELDS
 
 ATTEMPTS = 5
 DOCUMENTS = f"documents/{layout.REGRESSIONS}"
@@ -34,18 +38,95 @@ def _whole(rows: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     return iter(rows)
 
 
+@dataclass(frozen=True)
+class Known:
+    """A change's latest committed row, as much of it as deciding needs."""
+
+    state: str
+    series_key: str
+    after_release: str
+    batch: str  # where the whole row is
+    key: str
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What an analysis looked at: the series it analysed (None: the whole warehouse, so a
+    change of a series that no longer exists is gone too) and its `since` floor."""
+
+    series: frozenset[str] | None = None
+    since: str | None = None
+
+    def covers(self, known: Known) -> bool:
+        if self.series is not None and known.series_key not in self.series:
+            return False
+        return self.since is None or version_order(known.after_release) >= version_order(self.since)
+
+
+def known_changes(warehouse: Warehouse) -> dict[str, Known]:
+    """change_id -> its latest committed row."""
+    # The live files in commit order (`records` starts at the newest checkpoint, so it may
+    # not hold them all): a later file's row wins.
+    latest: dict[str, Known] = {}
+    columns = ["change_id", "state", "series_key", "after_release"]
+    for f in warehouse.state.tables.get(layout.REGRESSIONS, {}).values():
+        table = warehouse.read_file(f.batch, f.key, columns)
+        for cid, state, series, after in zip(
+            *(table.column(c).to_pylist() for c in columns), strict=True
+        ):
+            latest[cid] = Known(state, series, after, f.batch, f.key)
+    return latest
+
+
 def known_states(warehouse: Warehouse) -> dict[str, str]:
     """change_id -> its latest committed state."""
-    # The live files in commit order (`records` starts at the newest checkpoint, so it may
-    # not hold them all): a later file's state wins.
-    latest: dict[str, str] = {}
-    for f in warehouse.state.tables.get(layout.REGRESSIONS, {}).values():
-        table = warehouse.read_file(f.batch, f.key, ["change_id", "state"])
-        for cid, state in zip(
-            table.column("change_id").to_pylist(), table.column("state").to_pylist(), strict=True
-        ):
-            latest[cid] = state
-    return latest
+    return {cid: k.state for cid, k in known_changes(warehouse).items()}
+
+
+def retractions(
+    warehouse: Warehouse,
+    known: dict[str, Known],
+    found: Sequence[dict[str, Any]],
+    scope: Scope,
+) -> list[dict[str, Any]]:
+    """The changes an analysis no longer finds, inside what it looked at, as rows of state
+    `retracted` (their last row otherwise unchanged, run ids included).
+
+    Without them the table kept every change an earlier analysis reported for ever: after a
+    detector revision (this project's issue 30 took 154 alerts on upstream's history down to 7),
+    a reprocess, or more runs at the same commits, a reader taking each change's latest row
+    went on seeing alerts that no analysis stands behind any more."""
+    seen = {r["change_id"] for r in found}
+    gone = {
+        cid
+        for cid, k in known.items()
+        if k.state != RETRACTED and cid not in seen and scope.covers(k)
+    }
+    if not gone:
+        return []
+    rows: list[dict[str, Any]] = []
+    files = sorted({(known[cid].batch, known[cid].key) for cid in gone})
+    for batch, key in files:
+        wanted = {cid for cid in gone if (known[cid].batch, known[cid].key) == (batch, key)}
+        table = warehouse.read_file(batch, key, list(REGRESSIONS_SCHEMA.names))
+        picked = table.filter(pc.is_in(table.column("change_id"), pa.array(sorted(wanted))))
+        last: dict[str, dict[str, Any]] = {}
+        for row in picked.to_pylist():
+            last[row["change_id"]] = row  # the file's later row of a change wins
+        for row in last.values():
+            rows.append({**row, "state": RETRACTED, "retracted_state": row["state"]})
+    rows.sort(key=lambda r: r["change_id"])
+    return rows
+
+
+def new_rows(
+    warehouse: Warehouse, rows: Sequence[dict[str, Any]], scope: Scope
+) -> list[dict[str, Any]]:
+    """The rows whose (change, state) the table does not hold as current, then the
+    retractions of what the analysis no longer finds within `scope`."""
+    known = known_changes(warehouse)
+    changed = [r for r in rows if (k := known.get(r["change_id"])) is None or k.state != r["state"]]
+    return [*changed, *retractions(warehouse, known, rows, scope)]
 
 
 def commit_changes(
@@ -54,21 +135,20 @@ def commit_changes(
     *,
     analysed_seq: int,
     attach: Attach = _whole,
+    scope: Scope | None = None,
 ) -> tuple[int | None, list[dict[str, Any]]]:
-    """Commit the rows whose (change, state) is new; returns (commit seq or None, those rows).
+    """Commit the rows whose (change, state) is new and the retractions of changes the
+    analysis no longer finds within `scope` (default: the whole warehouse); returns (commit
+    seq or None, those rows).
 
     `attach`: gives rows back whole, where `rows` leave out their run-id lists
     (`Analysis.full_changes`); the files are written from it a chunk at a time.
     """
     warehouse = Warehouse(store)
+    looked_at = scope or Scope()
     for _ in range(ATTEMPTS):
         warehouse.refresh()
-        known = known_states(warehouse)
-        new = [
-            {**r, "warehouse_seq": analysed_seq}
-            for r in rows
-            if known.get(r["change_id"]) != r["state"]
-        ]
+        new = [{**r, "warehouse_seq": analysed_seq} for r in new_rows(warehouse, rows, looked_at)]
         if not new:
             return None, []
         digest = hashlib.sha256(
@@ -79,7 +159,9 @@ def commit_changes(
         batch = f"r{digest}"
         # A record with files and no upstream objects: ingests read none of it as "done", and
         # the regressions table's rows say which commit they analysed (`warehouse_seq`).
-        record = CommitRecord(batch=batch, files=_stage(warehouse, batch, new, attach))
+        record = CommitRecord(
+            batch=batch, files=_stage(warehouse, batch, new, _keeping_whole(attach))
+        )
         try:
             seq = warehouse.commit(record)
         except PreconditionFailed:
@@ -89,6 +171,18 @@ def commit_changes(
         warehouse.update_snapshot()
         return seq, new
     raise StorageError(f"gave up after {ATTEMPTS} commit conflicts on {store.url}")
+
+
+def _keeping_whole(attach: Attach) -> Attach:
+    """`attach`, passing rows that already hold their run ids (retractions) through as they
+    are: the analysis's spill knows only the changes it found."""
+
+    def whole(rows: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        attached = attach([r for r in rows if RUN_ID_FIELDS[0] not in r])
+        for row in rows:
+            yield row if RUN_ID_FIELDS[0] in row else next(attached)
+
+    return whole
 
 
 def _stage(

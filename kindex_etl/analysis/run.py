@@ -17,6 +17,8 @@ from ..storage import ObjectStore, open_store
 from .calibration import Calibration, default_calibration
 from .controls import mark_baseline_steps, mark_shared_steps
 from .detect import release_points
+from .publish import Scope
+from .schema import RETRACTED
 from .series import BUCKET_ROWS, RunSource, touched_since, version_order
 from .spill import PointSpill, RunIdSpill
 
@@ -40,7 +42,11 @@ class Analysis:
     commit: int | None = None
     report: str | None = None
     elapsed_s: float = 0.0
+    report_s: float = 0.0  # of elapsed_s, writing the report (issue 33's budget: a part of it)
     incremental: bool = False  # only the series recent ingests touched were analysed
+    since: str | None = None
+    # The series this analysis looked at: a change of theirs it no longer finds is retracted.
+    analysed_series: set[str] = field(default_factory=set, repr=False, compare=False)
     run_ids: RunIdSpill = field(default_factory=RunIdSpill, repr=False, compare=False)
 
     @property
@@ -50,6 +56,16 @@ class Analysis:
     @property
     def new_alerts(self) -> list[dict[str, Any]]:
         return [c for c in self.new if c["state"] == "alert"]
+
+    @property
+    def retracted(self) -> list[dict[str, Any]]:
+        """Changes an earlier analysis committed that this one no longer finds."""
+        return [c for c in self.new if c["state"] == RETRACTED]
+
+    @property
+    def scope(self) -> Scope:
+        series = frozenset(self.analysed_series) if self.incremental else None
+        return Scope(series=series, since=self.since)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -61,9 +77,11 @@ class Analysis:
             "alerts": len(self.alerts),
             "new_changes": len(self.new),
             "new_alerts": len(self.new_alerts),
+            "retracted": len(self.retracted),
             "commit": self.commit,
             "report": self.report,
             "elapsed_s": self.elapsed_s,
+            "report_s": self.report_s,
             "incremental": self.incremental,
         }
 
@@ -108,11 +126,15 @@ def detect_changes(
     hist = default_history() if history is None else history
     only = touched_since(store, after_seq) if after_seq is not None else None
     source = RunSource.open(store, bucket_rows=bucket_rows, history=hist, only=only)
-    result = Analysis(warehouse=store.url, seq=source.seq, incremental=only is not None)
+    result = Analysis(
+        warehouse=store.url, seq=source.seq, incremental=only is not None, since=since
+    )
     floor = version_order(since) if since else None
     for bucket in source.buckets():
         result.runs += bucket.num_rows
-        result.series += len(bucket.column("series_key").unique())
+        keys = bucket.column("series_key").unique().to_pylist()
+        result.series += len(keys)
+        result.analysed_series.update(keys)
         rows = detect(bucket, cal.settings, cal.false_alarm_rate, hist)
         if floor is not None:
             rows = [r for r in rows if version_order(r["after_release"]) >= floor]
@@ -176,22 +198,27 @@ def run_regressions(
         )
         if write:
             result.commit, result.new = commit_changes(
-                store, result.changes, analysed_seq=result.seq, attach=result.run_ids.attach
+                store,
+                result.changes,
+                analysed_seq=result.seq,
+                attach=result.run_ids.attach,
+                scope=result.scope,
             )
         else:
             from ..load.warehouse import Warehouse
-            from .publish import known_states
+            from .publish import new_rows
 
             wh = Warehouse(store)
             wh.refresh()
-            known = known_states(wh)
-            result.new = [c for c in result.changes if known.get(c["change_id"]) != c["state"]]
+            result.new = new_rows(wh, result.changes, result.scope)
         if points is not None and not result.incremental:
             from ..report import write_report
 
+            report_started = time.perf_counter()
             result.report = write_report(
                 store, points, result.changes, cal, result.seq, attach=result.run_ids.attach
             )
+            result.report_s = round(time.perf_counter() - report_started, 3)
     finally:
         if points is not None:
             points.close()

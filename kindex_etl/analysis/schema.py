@@ -7,7 +7,9 @@ current state of a change is its row with the highest `warehouse_seq`.
 States: `alert` (slower or larger), `improvement`, `pending` (seen at the newest point only),
 and two that are never alerts: `environment` (the other providers measured in the same runs
 moved with it, or many kernels moved at the same commit) and `harness` (the step lies across a
-revision of the benchmark script or the reference code it times).
+revision of the benchmark script or the reference code it times). And `retracted`: an
+analysis that looked at the change's series no longer finds it (a detector revision, a
+reprocess, more runs at the same commits); the row repeats the change's last row otherwise.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import Any
 
 from kindex_etl.contracts.tables import REGRESSIONS_SCHEMA
 
-__all__ = ["REGRESSIONS_SCHEMA", "change_document"]
+__all__ = ["REGRESSIONS_SCHEMA", "RETRACTED", "change_document"]
 
+RETRACTED = "retracted"
 API_VERSION = "kernelindex.dev/v1alpha1"
 KIND = "PerformanceChange"
 

@@ -75,6 +75,7 @@ def _human_summary(s: dict[str, Any]) -> str:
         lines.append(
             f"regressions: {found['changes']} changes, {found['alerts']} alerts "
             f"({found['new_alerts']} new)"
+            + (f", {found['retracted']} retracted" if found.get("retracted") else "")
             + (f"; report: {found['report']}" if found.get("report") else "")
         )
     parts = [f"{k} {s[k + '_s']:.2f} s" for k in ("ingest",) if s.get(k + "_s") is not None]

@@ -83,9 +83,11 @@ def ranked_changes(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def regressions_summary(result: dict[str, Any]) -> str:
     changes = result["changes"]
     count = changes if isinstance(changes, int) else len(changes)
+    retracted = result.get("retracted") or 0
     return (
         f"{result['series']} series, {result['runs']} runs at commit {result['seq']}: "
         f"{count} changes, {result['alerts']} alerts ({result['new_alerts']} new)"
+        + (f", {retracted} retracted (no longer found)" if retracted else "")
     )
 
 

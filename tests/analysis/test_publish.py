@@ -133,3 +133,73 @@ def test_spilled_buckets_on_s3_find_what_one_bucket_finds(
     whole = detect_changes(store).changes
     spilled = detect_changes(store, bucket_rows=4).changes
     assert len(whole) == 2 and spilled == whole
+
+
+def _stricter(min_effect: float):  # type: ignore[no-untyped-def]
+    """The packaged calibration with a larger minimum effect: a detector revision."""
+    from dataclasses import replace
+
+    from kindex_etl.analysis.calibration import default_calibration
+
+    cal = default_calibration()
+    return replace(cal, settings=replace(cal.settings, min_effect=min_effect))
+
+
+def _current(wh: str) -> dict[str, tuple[str, int]]:
+    """change_id -> (state, warehouse_seq) of its latest row, as docs/tables.md reads it."""
+    rows = duckdb.sql(
+        f"SELECT change_id, state, warehouse_seq FROM read_parquet('{wh}/regressions/*.parquet')"
+        " QUALIFY row_number() OVER (PARTITION BY change_id ORDER BY warehouse_seq DESC) = 1"
+    ).fetchall()
+    return {cid: (state, seq) for cid, state, seq in rows}
+
+
+def test_a_change_no_longer_found_is_retracted_once(tmp_path: Path) -> None:
+    """A detector revision (here: a 40 % minimum effect) no longer finds the +30 % alert: the
+    table said `alert` for ever before. Now a row of state `retracted` (its run ids kept) is
+    current, said once; the change found again is an alert again."""
+    wh = build_warehouse(tmp_path, [series_rows(STEP)])
+    first = run_regressions(wh, report=False)
+    (alert,) = first.new
+    assert alert["state"] == "alert"
+
+    dry = run_regressions(wh, report=False, write=False, calibration=_stricter(0.4))
+    assert [(c["change_id"], c["state"]) for c in dry.new] == [(alert["change_id"], "retracted")]
+    assert _current(wh) == {alert["change_id"]: ("alert", 1)}  # a dry run writes nothing
+
+    second = run_regressions(wh, report=False, calibration=_stricter(0.4))
+    assert second.changes == [] and second.commit == 3
+    (gone,) = second.retracted
+    assert gone["retracted_state"] == "alert" and second.as_dict()["retracted"] == 1
+    assert _current(wh) == {alert["change_id"]: ("retracted", first.seq + 1)}
+    ((ratio, after, ids),) = duckdb.sql(
+        f"SELECT ratio, after_release, len(after_run_ids) FROM read_parquet('{wh}/regressions/"
+        "*.parquet') WHERE state = 'retracted'"
+    ).fetchall()
+    assert ratio == pytest.approx(alert["ratio"]) and after == alert["after_release"]
+    assert ids == len(next(iter(first.full_changes()))["after_run_ids"]) > 0
+
+    again = run_regressions(wh, report=False, calibration=_stricter(0.4))
+    assert again.commit is None and again.new == []  # retracted once
+    back = run_regressions(wh, report=False)
+    assert [(c["change_id"], c["state"]) for c in back.new] == [(alert["change_id"], "alert")]
+    assert _current(wh)[alert["change_id"]][0] == "alert"
+
+
+def test_only_what_the_analysis_looked_at_is_retracted(tmp_path: Path) -> None:
+    """An analysis with `since` above a change, or an hourly one that touched other series,
+    did not look at it: not finding it there says nothing."""
+    wh = build_warehouse(tmp_path, [series_rows(STEP)])
+    (alert,) = run_regressions(wh, report=False).new
+    above = run_regressions(wh, report=False, since=RELEASES[6], calibration=_stricter(0.4))
+    assert above.new == [] and above.commit is None
+    # An ingest of another series, then the hourly analysis of what it touched.
+    seq = above.seq
+    other = tmp_path / "other"
+    write_csv(other / "o.csv", series_rows([0.2] * 8, x="777", day=25))
+    ingest(str(other), wh, IngestOptions(trigger=False))
+    hourly = run_regressions(wh, report=False, after_seq=seq, calibration=_stricter(0.4))
+    assert hourly.incremental and hourly.retracted == []
+    assert _current(wh)[alert["change_id"]][0] == "alert"
+    full = run_regressions(wh, report=False, calibration=_stricter(0.4))
+    assert [c["change_id"] for c in full.retracted] == [alert["change_id"]]

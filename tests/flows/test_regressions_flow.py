@@ -67,3 +67,29 @@ def test_ingest_flow_runs_regressions_after_a_commit(tmp_path: Path, events: lis
     assert snap["seq"] == 2 and len(snap["tables"]["regressions"]) == 1
     assert (wh / "reports/index.html").is_file()
     assert len(events) == 1
+
+
+def test_an_alert_no_longer_found_is_retracted_by_an_event(tmp_path: Path, events: list) -> None:  # type: ignore[type-arg]
+    """Whoever heard `kindex.regression.alert` hears `kindex.regression.retracted` when an
+    analysis no longer finds the change (here: an alert an older, looser detector raised)."""
+    from dataclasses import replace
+
+    from flows.regressions import regressions_flow
+    from kindex_etl.analysis.calibration import default_calibration
+    from kindex_etl.analysis.run import run_regressions
+
+    small = [0.1] * 4 + [0.103] * 4  # +3 %: under the packaged minimum effect
+    wh = build_warehouse(tmp_path, [series_rows(small, spread=0.001)])
+    cal = default_calibration()
+    looser = replace(cal, settings=replace(cal.settings, min_effect=0.01, z_threshold=1.5))
+    (old,) = run_regressions(wh, report=False, calibration=looser).new
+    assert old["state"] == "alert"
+
+    state = regressions_flow(warehouse=wh, return_state=True)
+    result = state.result()
+    assert result["changes"] == [] and result["retracted"] == 1
+    (told,) = events
+    assert told["event"] == "kindex.regression.retracted"
+    assert told["payload"]["change_id"] == old["change_id"]
+    assert told["payload"]["retracted_state"] == "alert"
+    assert "retracted: 1 change(s)" in str(flow_run_artifacts(state)["kindex-regressions"].data)
