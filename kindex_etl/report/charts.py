@@ -382,7 +382,7 @@ def _xkey(x: Any) -> tuple[int, float, str]:
 
 
 def _version_key(column: pd.Series) -> pd.Series:
-    return column.map(lambda v: version_order(str(v)))
+    return column.map(lambda v: _version(str(v)))
 
 
 def _speedup_trace(base: str, b: pd.DataFrame) -> dict[str, Any]:
@@ -422,7 +422,7 @@ def _speedup_section(speedups: Sequence[Mapping[str, Any]], charts: _Charts) -> 
     if not speedups:
         return '<p class="note">no baseline measured on the same workloads</p>'
     frame = pd.DataFrame(list(speedups))
-    frame["gpu"] = [gpu_label(r) for r in frame.to_dict("records")]
+    frame["gpu"] = [gpu_label(r) for r in speedups]
     out, single = [], []
     for (gpu, software), g in frame.groupby(["gpu", "software_class"], dropna=False, sort=True):
         if g["liger_version"].nunique() < 2:
