@@ -45,6 +45,7 @@ class Known:
     state: str
     series_key: str
     after_release: str
+    seq: int  # warehouse_seq: the highest is current (ties: the later file, the later row)
     batch: str  # where the whole row is
     key: str
 
@@ -66,15 +67,19 @@ class Scope:
 def known_changes(warehouse: Warehouse) -> dict[str, Known]:
     """change_id -> its latest committed row."""
     # The live files in commit order (`records` starts at the newest checkpoint, so it may
-    # not hold them all): a later file's row wins.
+    # not hold them all). By warehouse_seq, as readers decide (docs/tables.md), not by file
+    # order alone: a compaction merges files.
     latest: dict[str, Known] = {}
-    columns = ["change_id", "state", "series_key", "after_release"]
+    columns = ["change_id", "state", "series_key", "after_release", "warehouse_seq"]
     for f in warehouse.state.tables.get(layout.REGRESSIONS, {}).values():
         table = warehouse.read_file(f.batch, f.key, columns)
-        for cid, state, series, after in zip(
+        for cid, state, series, after, seq in zip(
             *(table.column(c).to_pylist() for c in columns), strict=True
         ):
-            latest[cid] = Known(state, series, after, f.batch, f.key)
+            seq = -1 if seq is None else int(seq)
+            held = latest.get(cid)
+            if held is None or seq >= held.seq:
+                latest[cid] = Known(state, series, after, seq, f.batch, f.key)
     return latest
 
 
@@ -112,7 +117,9 @@ def retractions(
         picked = table.filter(pc.is_in(table.column("change_id"), pa.array(sorted(wanted))))
         last: dict[str, dict[str, Any]] = {}
         for row in picked.to_pylist():
-            last[row["change_id"]] = row  # the file's later row of a change wins
+            seq = row["warehouse_seq"]
+            if (-1 if seq is None else seq) == known[row["change_id"]].seq:
+                last[row["change_id"]] = row  # the current row (ties: the later)
         for row in last.values():
             rows.append({**row, "state": RETRACTED, "retracted_state": row["state"]})
     rows.sort(key=lambda r: r["change_id"])

@@ -203,3 +203,25 @@ def test_only_what_the_analysis_looked_at_is_retracted(tmp_path: Path) -> None:
     assert _current(wh)[alert["change_id"]][0] == "alert"
     full = run_regressions(wh, report=False, calibration=_stricter(0.4))
     assert [c["change_id"] for c in full.retracted] == [alert["change_id"]]
+
+
+def test_retraction_after_compaction_reads_the_current_rows(tmp_path: Path) -> None:
+    """Daily compaction merges the regressions files: the current row of a change is still the
+    one with the highest warehouse_seq, and each change is retracted once."""
+    from kindex_etl.maintenance import compact
+
+    wh = build_warehouse(tmp_path, [series_rows(STEP)])
+    (first,) = run_regressions(wh, report=False).new
+    other = tmp_path / "other"
+    write_csv(other / "o.csv", series_rows(STEP, x="4096", day=25))
+    ingest(str(other), wh, IngestOptions(trigger=False))
+    (second,) = run_regressions(wh, report=False).new
+    assert len(_snapshot(wh)["tables"]["regressions"]) == 2
+    compact(wh)
+    assert len(_snapshot(wh)["tables"]["regressions"]) == 1
+    gone = run_regressions(wh, report=False, calibration=_stricter(0.4))
+    assert sorted(c["change_id"] for c in gone.retracted) == sorted(
+        [first["change_id"], second["change_id"]]
+    )
+    assert {state for state, _ in _current(wh).values()} == {"retracted"}
+    assert run_regressions(wh, report=False, calibration=_stricter(0.4)).new == []
