@@ -259,6 +259,23 @@ def environment_classes(store: ObjectStore, snapshot: Mapping[str, Any]) -> dict
     return machines
 
 
+PROTOCOLS = "benchmark_protocols"
+
+
+def protocol_families(store: ObjectStore, snapshot: Mapping[str, Any]) -> dict[str, str]:
+    """Protocol digest -> its documents' family (`liger_kernel_bench` for upstream's timer,
+    `kindex_device_time` for our re-runs' device time): which calibration class a series is."""
+    families: dict[str, str] = {}
+    for key in snapshot["tables"].get(PROTOCOLS, []):
+        table = read_parquet(store, key, ["digest", "document"])
+        for digest, document in zip(
+            table.column("digest").to_pylist(), table.column("document").to_pylist(), strict=True
+        ):
+            spec = json.loads(document).get("spec", {})
+            families[digest] = spec.get("comparability", {}).get("family", "")
+    return families
+
+
 def release_of(key: str) -> str | None:
     """The `release=<v>` partition value of a runs file key."""
     for part in key.split("/"):
@@ -471,6 +488,9 @@ class RunSource:
     @property
     def seq(self) -> int:
         return int(self.snapshot.get("seq", 0))
+
+    def families(self) -> dict[str, str]:
+        return protocol_families(self.store, self.snapshot)
 
     @property
     def run_files(self) -> list[str]:

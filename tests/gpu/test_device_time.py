@@ -143,16 +143,6 @@ def test_launcher_keeps_upstreams_timer_and_times_each_point_by_device_time(
     )
 
 
-@pytest.fixture
-def standin_device(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
-    def use() -> None:
-        monkeypatch.setenv("PYTHONPATH", str(STANDIN_DEVICE))
-        monkeypatch.setenv("STANDIN_GPU_COUNT", "1")
-        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-
-    return use
-
-
 def test_a_device_time_campaign_finds_a_3_percent_slowdown_that_upstreams_timer_misses(
     tmp_path: Path, standin_device: Callable[[], None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
