@@ -76,7 +76,10 @@ def load(warehouse: str, campaigns: list[str]) -> pd.DataFrame:
     meta = runs["run_id"].fillna("").str.extract(pattern)
     runs["campaign"] = meta["campaign"]
     runs["repeat"] = pd.to_numeric(meta["repeat"], errors="coerce")
-    runs = runs[runs["campaign"].isin(campaigns) & (runs["status"] == "passed")].copy()
+    runs = runs[runs["campaign"].isin(campaigns) & (runs["status"] == "passed")]
+    # Upstream's timer only: device-time runs (device_time.csv, also `speed`) are another
+    # protocol, reported by scripts/device_time_report.py.
+    runs = runs[~runs["source_key"].str.endswith("/device_time.csv")].copy()
     runs["x"] = pd.to_numeric(runs["x_value"], errors="coerce")
     runs["value"] = runs["value_median"].astype("float64")
     return runs

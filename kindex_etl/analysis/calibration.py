@@ -27,7 +27,7 @@ import argparse
 import json
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -344,13 +344,30 @@ def measure(
 
 
 @dataclass(frozen=True)
+class SeriesClass:
+    """Series whose protocol is of another family than upstream's timer (our re-runs' device
+    time): analysed apart, with the noise model fitted on their own A/A and their own minimum
+    effect (calibration.json `classes`, written by `python -m kindex_etl.gpu.device_ab`)."""
+
+    name: str  # the regressions' series_class prefix: `<name>/<pass>`
+    family: str  # the protocol documents' spec.comparability.family
+    settings: DetectorSettings
+    false_alarm_rate: float | None
+
+
+@dataclass(frozen=True)
 class Calibration:
     settings: DetectorSettings
     rates: dict[str, float]
     measured: dict[str, Any] = field(default_factory=dict)
+    classes: tuple[SeriesClass, ...] = ()
 
     def false_alarm_rate(self, metric: str, mode: str) -> float | None:
         return self.rates.get(f"{metric}/{mode}", self.rates.get(metric, self.rates.get("all")))
+
+    def class_of(self, family: str | None) -> SeriesClass | None:
+        """The class of series timed by protocols of `family`; None: upstream's settings."""
+        return next((c for c in self.classes if c.family == family), None)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Calibration:
@@ -374,7 +391,21 @@ class Calibration:
             measured = [v for k, v in rates.items() if k.startswith(metric + "/")]
             if measured:
                 rates.setdefault(metric, max(measured))
-        return cls(settings, rates, dict(data["measured"]))
+        classes = tuple(
+            SeriesClass(
+                name,
+                entry["family"],
+                replace(
+                    settings,
+                    noise=NoiseModel(**entry["noise"]),
+                    min_effect=entry["min_effect"],
+                    z_threshold=entry.get("z_threshold", settings.z_threshold),
+                ),
+                entry.get("false_alarm_rate"),
+            )
+            for name, entry in sorted(data.get("classes", {}).items())
+        )
+        return cls(settings, rates, dict(data["measured"]), classes)
 
 
 @cache

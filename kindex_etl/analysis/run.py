@@ -10,11 +10,12 @@ from typing import IO, Any, Protocol
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..extract.history import History, default_history
 from ..memory import pin_mmap_threshold, release_unused_memory, use_bulk_arrow_pool
 from ..storage import ObjectStore, open_store
-from .calibration import Calibration, default_calibration
+from .calibration import Calibration, SeriesClass, default_calibration
 from .controls import mark_baseline_steps, mark_shared_steps
 from .detect import release_points
 from .publish import Scope
@@ -130,18 +131,26 @@ def detect_changes(
         warehouse=store.url, seq=source.seq, incremental=only is not None, since=since
     )
     floor = version_order(since) if since else None
+    families = source.families() if cal.classes else {}
     for bucket in source.buckets():
         result.runs += bucket.num_rows
         keys = bucket.column("series_key").unique().to_pylist()
         result.series += len(keys)
         result.analysed_series.update(keys)
-        rows = detect(bucket, cal.settings, cal.false_alarm_rate, hist)
-        if floor is not None:
-            rows = [r for r in rows if version_order(r["after_release"]) >= floor]
-        result.run_ids.take(rows)
-        result.changes.extend(rows)
-        if points is not None:
-            points.append(release_points(bucket, cal.settings))
+        for part, cls in by_class(bucket, cal, families):
+            settings = cal.settings if cls is None else cls.settings
+            rows = detect(part, settings, cal.false_alarm_rate, hist)
+            if cls is not None:
+                for r in rows:
+                    r["series_class"] = f"{cls.name}/{r['operation_mode']}"
+                    r["false_alarm_rate"] = cls.false_alarm_rate
+            if floor is not None:
+                rows = [r for r in rows if version_order(r["after_release"]) >= floor]
+            result.run_ids.take(rows)
+            result.changes.extend(rows)
+            if points is not None:
+                points.append(release_points(part, settings))
+            del part
         del bucket  # else it stays alive while the next one is read and sorted
     mark_baseline_steps(result.changes)
     mark_shared_steps(
@@ -150,6 +159,31 @@ def detect_changes(
     result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result
+
+
+def by_class(
+    bucket: pa.Table, cal: Calibration, families: dict[str, str]
+) -> Iterator[tuple[pa.Table, SeriesClass | None]]:
+    """The bucket's runs of upstream's timer (class None), then each calibration class's (by
+    the family of the series' protocol), each analysed with its own settings. Series never
+    span two parts (the protocol is part of the key), and a class's controls, the other
+    providers and passes measured in the same runs, are timed by the same timer."""
+    if not cal.classes or bucket.num_rows == 0:
+        yield bucket, None
+        return
+    digests = bucket.column("protocol_digest").combine_chunks().dictionary_encode()
+    names = [families.get(d, "") for d in digests.dictionary.to_pylist()]
+    classed = {c.family for c in cal.classes}
+    if not classed.intersection(names):
+        yield bucket, None  # upstream's timer only (nearly every bucket): no filter copy
+        return
+    family = pa.array(names, pa.string()).take(digests.indices)
+    rest = pc.invert(pc.is_in(family, pa.array(sorted(classed), pa.string())))
+    yield bucket.filter(rest), None
+    for cls in cal.classes:
+        part = bucket.filter(pc.equal(family, cls.family))
+        if part.num_rows:
+            yield part, cls
 
 
 def points_table(points: list[pa.Table]) -> pa.Table:

@@ -93,6 +93,7 @@ _OPTIONAL = {
 SNAPSHOT = "_kindex/snapshot.json"
 RUNS = "benchmark_runs"
 ENVIRONMENTS = "execution_environments"
+PROTOCOLS = "benchmark_protocols"
 # Runs per bucket, at most (a power of 16 of buckets, up to 4,096): a bucket's analysis holds
 # its runs about four times over (read, filtered, keyed, sorted), ~2 KiB a run; at 400,000
 # a 5M-row warehouse's analysis peaked at 1.4 GiB (docs/performance.md, "The regressions
@@ -262,6 +263,20 @@ def environment_classes(store: ObjectStore, snapshot: Mapping[str, Any]) -> dict
                 row["product"], row["form_factor"], software_class(row["software"])
             )
     return machines
+
+
+def protocol_families(store: ObjectStore, snapshot: Mapping[str, Any]) -> dict[str, str]:
+    """Protocol digest -> its documents' family (`liger_kernel_bench` for upstream's timer,
+    `kindex_device_time` for our re-runs' device time): which calibration class a series is."""
+    families: dict[str, str] = {}
+    for key in snapshot["tables"].get(PROTOCOLS, []):
+        table = read_parquet(store, key, ["digest", "document"])
+        for digest, document in zip(
+            table.column("digest").to_pylist(), table.column("document").to_pylist(), strict=True
+        ):
+            spec = json.loads(document).get("spec", {})
+            families[digest] = spec.get("comparability", {}).get("family", "")
+    return families
 
 
 def release_of(key: str) -> str | None:
@@ -499,6 +514,9 @@ class RunSource:
     @property
     def seq(self) -> int:
         return int(self.snapshot.get("seq", 0))
+
+    def families(self) -> dict[str, str]:
+        return protocol_families(self.store, self.snapshot)
 
     @property
     def run_files(self) -> list[str]:

@@ -145,11 +145,20 @@ class RunMeasurement(_Model):
     statistic: Literal["p20", "p80"]
 
 
+class DeviceTimeNative(_Model):
+    """A device-time run's point as its re-run recorded it beside upstream's timer."""
+
+    hostBound: bool  # upstream's figure at least the protocol's hostBoundFactor x device time
+    upstreamOverDevice: float | None = None
+    upstreamP50Ms: float | None = None  # upstream's timer, same point, same run
+
+
 class SourceNative(_Model):
     source: Literal["liger-kernel-bench"] = "liger-kernel-bench"
     metrics: dict[str, float | None]
     benchmark: str
     externalId: str
+    deviceTime: DeviceTimeNative | None = None  # device-time runs only
 
 
 class RunSpec(_Model):

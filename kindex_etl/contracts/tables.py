@@ -94,6 +94,16 @@ RUN_SCHEMA = pa.schema(
         _s("origin", ROW),
         _s("commit_sha", ROW),
         _field("commit_position", pa.int64(), ROW),
+        # The CSV's metric_name as written: `speed`, `memory`, or a device-time metric of our
+        # re-runs (`device_time.cuda_graph.v1`), whose runs are `speed` timed by another
+        # protocol. For device-time runs, the upstream timer's median of the same point in the
+        # same run (ms), its ratio to the device time, and whether that is at least the
+        # protocol's hostBoundFactor (upstream's figure then mostly measures the host); null on
+        # every other run.
+        _s("source_metric"),
+        _field("upstream_timer_p50", pa.float64(), ROW),
+        _field("upstream_over_device", pa.float64(), ROW),
+        _field("host_bound", pa.bool_(), ROW),
     ]
 )
 

@@ -24,6 +24,10 @@ UPSTREAM_COLUMNS = (
     "timestamp",
     "liger_version",
 )
+# Our device-time CSVs (`gpu/device_time.py`, device_time.csv beside a re-run's benchmark.csv)
+# add one column after upstream's: the upstream timer's y_value_50 of the same point in the
+# same run, from which a run says whether that point is host-bound. Read where a CSV has it.
+DEVICE_TIME_COLUMNS = ("upstream_y_value_50",)
 # Where upstream publishes (an object store mirrors these keys): the cumulative file, overwritten
 # in place, and one folder per benchmarked commit listed in order in COMMITS_LIST.
 CUMULATIVE_FILE = "benchmark/data/all_benchmark_data.csv"

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
+from kindex_etl.contracts.upstream import DEVICE_TIME_COLUMNS, UPSTREAM_COLUMNS
 from kindex_etl.errors import BadFile, NotFound, UnsafeKey
 from kindex_etl.extract.readahead import Gate
 from kindex_etl.storage import ObjectStore
@@ -286,7 +286,10 @@ def _batches(
                 breaks += _breaks(column)
         lines, malformed, carry = _place(ordinals, breaks, placed, carry)
         next_ordinal = last + 1
-        rows = batch.select(list(UPSTREAM_COLUMNS))
+        # Upstream's columns, and a device-time CSV's own where it has them (contracts.upstream).
+        rows = batch.select(
+            [*UPSTREAM_COLUMNS, *(c for c in DEVICE_TIME_COLUMNS if c in batch.schema.names)]
+        )
         blank = _blank(batch)
         if blank is not None:
             rows = rows.filter(pa.array(~blank))

@@ -291,3 +291,62 @@ def check_separation(series: Sequence[Series]) -> None:
         raise ValueError(f"a protocol digest is both timers': {sorted(device & upstream)}")
     if device and device_time.spec()["family"] == "liger_kernel_bench":
         raise ValueError("the device-time protocol family must not be upstream's")
+
+
+# The regressions analysis's calibration class for device-time series (analysis/calibration.json
+# `classes`), fitted here because the fit reads campaign folders, which the analysis does not.
+CALIBRATION_CLASS = "device_time"
+# Today's protocol's campaigns of the H200 fixture (campaign-dyt2 timed by protocol 2).
+CALIBRATION_CAMPAIGNS = ("campaign-slow3", "campaign-c854", "campaign-c854b")
+
+
+def calibration_class(folders: Sequence[Path]) -> dict[str, Any]:
+    """The device-time class of the regressions analysis, from these campaigns' own A/A: the
+    noise model fitted on their device series' A/A pairs (`fit_noise`), the minimum effect this
+    module calls device time by, the analysis's z, and the false-alarm rate of the A/A checks
+    (each release's odd repeats against its even ones) under that model."""
+    device = [s for s in by_timer(load(folders), "device") if s.protocol in _current()]
+    model = fit_noise(device)
+    checks = aa_checks(device, model)
+    return {
+        "family": device_time.spec()["family"],
+        "noise": {"run_to_run": round(model.k, 4), "floor": round(model.floor, 6)},
+        "min_effect": MIN_EFFECT["device"],
+        "z_threshold": Z,
+        "aa_pairs": model.pairs,
+        "aa_checks": len(checks),
+        "false_alarm_rate": round(sum(c.alert for c in checks) / len(checks), 4),
+        "campaigns": [Path(f).name for f in folders],
+    }
+
+
+def _current() -> set[str]:
+    """Today's device-time protocol digests: the class is fitted on today's protocol only."""
+    methods = device_time.spec()["methods"]
+    modes = ("forward", "backward", "full")
+    return {device_time.digest(device_time.protocol_document(m, p)) for m in methods for p in modes}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """(Re)write the calibration's device-time class from FIXTURE's campaigns:
+
+    python -m kindex_etl.gpu.device_ab tests/fixtures/h200_device_time_0.8.5 \\
+        --calibration kindex_etl/analysis/calibration.json
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m kindex_etl.gpu.device_ab")
+    parser.add_argument("fixture", type=Path, help="a folder of campaign-* folders")
+    parser.add_argument("--calibration", type=Path, required=True)
+    args = parser.parse_args(argv)
+    entry = calibration_class([args.fixture / c for c in CALIBRATION_CAMPAIGNS])
+    entry["campaigns"] = [str(args.fixture / c) for c in CALIBRATION_CAMPAIGNS]
+    data = json.loads(args.calibration.read_text())
+    data.setdefault("classes", {})[CALIBRATION_CLASS] = entry
+    args.calibration.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    print(json.dumps(entry, indent=1, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

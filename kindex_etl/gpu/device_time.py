@@ -4,7 +4,8 @@ Upstream's timer (`triton.testing.do_bench` around a Python closure) measures th
 H200 as much as the GPU. With `--device-time` each script runs under `device_launch.py`, which
 keeps upstream's timer as shipped (the CSV stays comparable with upstream's data) and times the
 same callable again by device time. The protocol (what is timed, how, how many replays) is the
-`deviceTime` entry of `catalog/protocols.json`; its documents are their own family
+`deviceTime` entry of `catalog/protocols.json` (its documents and metric names:
+`contracts.device_protocol`, re-exported here); its documents are their own family
 (`kindex_device_time`), one per (method, pass), so a device-time series has its own protocol
 digest and never shares a series with an upstream-timer one.
 
@@ -16,33 +17,30 @@ sorted keys and no spaces: tests/gpu/test_device_time.py checks the two agree).
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import io
 import json
-from collections.abc import Iterable, Mapping
-from functools import cache
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from kindex_etl.contracts.device_protocol import (  # noqa: F401 (this module's names)
+    API_VERSION,
+    PROTOCOLS_FILE,
+    host_bound,
+    metric_methods,
+    metric_name,
+    protocol_document,
+    spec,
+)
+from kindex_etl.contracts.upstream import DEVICE_TIME_COLUMNS, UPSTREAM_COLUMNS
 
 PROTOCOL_ENV = "KINDEX_DEVICE_PROTOCOL"
 OUT_ENV = "KINDEX_DEVICE_TIME_OUT"
 LAUNCHER = Path(__file__).with_name("device_launch.py")
 RESULT_FILE = "device_time.json"
-API_VERSION = "kernelindex.dev/v1alpha1"  # contracts.documents.API_VERSION (no pydantic here)
-
-
-# By path: importing kindex_etl.catalog needs rfc8785, which a GPU host may not have.
-PROTOCOLS_FILE = Path(__file__).parent.parent / "catalog" / "protocols.json"
-
-
-@cache
-def _catalog() -> dict[str, Any]:
-    loaded: dict[str, Any] = json.loads(PROTOCOLS_FILE.read_text("utf-8"))
-    return loaded
-
-
-def spec() -> dict[str, Any]:
-    entry: dict[str, Any] = _catalog()["deviceTime"]
-    return entry
+CSV_FILE = "device_time.csv"  # the points as runs for the ingest (`csv_rows`)
 
 
 def launcher_parameters() -> dict[str, Any]:
@@ -54,34 +52,6 @@ def launcher_parameters() -> dict[str, Any]:
 def method_for(mode: str) -> str:
     by_mode: dict[str, str] = spec()["methodByMode"]
     return by_mode.get(mode, by_mode["*"])
-
-
-def protocol_document(method: str, mode: str) -> dict[str, Any]:
-    """The BenchmarkProtocol of device time by `method` for pass `mode`."""
-    s, cat = spec(), _catalog()
-    mode_info = cat["modes"].get(mode)
-    if mode_info is None:
-        title, timed = mode or "unspecified", cat["unknown_mode"]["timed"].format(mode=mode)
-    else:
-        title, timed = mode_info["title"], mode_info["timed"]
-    m = s["methods"][method]
-    slug = "".join(c if c.isalnum() else "-" for c in title.lower()).strip("-")
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "BenchmarkProtocol",
-        "metadata": {
-            "name": s["name"].format(method=method.replace("_", "-"), mode=slug),
-            "title": s["title"].format(method=method.replace("_", " "), mode=title),
-        },
-        "spec": {
-            "harness": s["harness"],
-            "measurement": {"timer": m["timer"], "primaryStatistic": "median"},
-            "comparability": {
-                "notes": m["notes"].format(timed=timed, **s["parameters"]),
-                "family": s["family"],
-            },
-        },
-    }
 
 
 def canonical(value: Any) -> bytes:
@@ -100,14 +70,6 @@ def child_env(env: dict[str, str], out: Path) -> dict[str, str]:
 
 def command(python: str, script: str, args: Iterable[str]) -> list[str]:
     return [python, str(LAUNCHER), script, *args]
-
-
-def host_bound(upstream_ms: float | None, device_ms: float | None) -> tuple[float | None, bool]:
-    """(upstream / device, whether upstream's figure is mostly the host's)."""
-    if not upstream_ms or not device_ms or upstream_ms <= 0 or device_ms <= 0:
-        return None, False
-    ratio = upstream_ms / device_ms
-    return round(ratio, 4), ratio >= float(spec()["hostBoundFactor"])
 
 
 def point_record(raw: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -184,3 +146,112 @@ def manifest_entry(folder: Path) -> dict[str, Any]:
             **{k: data[k] for k in keys},
         }
     }
+
+
+# What names a point in a CSV row and in a launcher line alike.
+POINT_COLUMNS = (
+    "kernel_name",
+    "kernel_provider",
+    "kernel_operation_mode",
+    "metric_name",
+    "x_name",
+    "x_value",
+    "extra_benchmark_config_str",
+)
+
+
+def _same(recorded: Any, text: str | None) -> bool:
+    """Whether a launcher's float is the CSV's text of it (NaN equals nothing: no twin)."""
+    try:
+        return recorded is not None and float(recorded) == float(text or "nan")
+    except (TypeError, ValueError):
+        return False
+
+
+def _metric_of(p: Mapping[str, Any], file_version: int) -> str | None:
+    """The metric_name a timed point's row carries: today's version where the point's digest is
+    today's document's, else its file's version, which no normalizer of this catalog knows (the
+    row is held back, never given today's digest); None where the two cannot be told apart."""
+    method, mode = p["device"]["method"], p["point"]["kernel_operation_mode"] or ""
+    if p["protocolDigest"] == digest(protocol_document(method, mode)):
+        return metric_name(method)
+    if file_version != spec()["version"]:
+        return metric_name(method, file_version)
+    return None
+
+
+def csv_rows(rows: Sequence[Mapping[str, str]], data: Mapping[str, Any]) -> list[dict[str, str]]:
+    """A run's device-time points as rows of the ingest: upstream's columns, then
+    DEVICE_TIME_COLUMNS.
+
+    Each row is the twin of one upstream-timer speed row of the run's benchmark.csv (`rows`):
+    the same point, GPU, timestamp and release, with the device figures as its y values and
+    the device-time metric name of its method and protocol version (`metric_name`). The twin
+    is the point's do_bench call whose upstream figures are the row's (the last such call: an
+    autotuner's calls at one point come before the measurement, dyt's 18 in the fixture).
+    Points the device timer could not time (no protocol digest) are no rows: no device-time
+    measurement exists for them; device_time.json keeps their error and run.json counts them.
+    """
+    calls: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    for p in data.get("points", []):
+        if p.get("point") and p.get("protocolDigest") and p.get("device", {}).get("method"):
+            key = tuple(str(p["point"].get(c, "")) for c in POINT_COLUMNS)
+            calls.setdefault(key, []).append(p)
+    file_version = int(data.get("protocolVersion", spec()["version"]))
+    unit = str(spec()["unit"])
+    out = []
+    for row in rows:
+        if row.get("metric_name") != "speed":
+            continue
+        key = tuple(row.get(c, "") or "" for c in POINT_COLUMNS)
+        twins = [
+            p
+            for p in calls.get(key, [])
+            if _same(p["upstream"].get("p50_ms"), row.get("y_value_50"))
+        ]
+        if not twins:
+            continue
+        p = max(twins, key=lambda t: int(t.get("call", 0)))
+        name = _metric_of(p, file_version)
+        if name is None:
+            continue
+        device = p["device"]
+        out.append(
+            {
+                **{c: row.get(c, "") or "" for c in UPSTREAM_COLUMNS},
+                "metric_name": name,
+                "metric_unit": unit,
+                **{f"y_value_{q}": _text(device.get(f"p{q}_ms")) for q in ("50", "20", "80")},
+                "upstream_y_value_50": row.get("y_value_50", "") or "",
+            }
+        )
+    return out
+
+
+def _text(value: Any) -> str:
+    """A figure as upstream writes one (Python's float text; nan where there is none)."""
+    return repr(float(value)) if isinstance(value, int | float) else "nan"
+
+
+def to_csv(rows: Iterable[Mapping[str, str]]) -> bytes:
+    buf = io.StringIO()
+    columns = [*UPSTREAM_COLUMNS, *DEVICE_TIME_COLUMNS]
+    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({c: row.get(c, "") for c in columns})
+    return buf.getvalue().encode("utf-8")
+
+
+def write_csv(folder: Path) -> int | None:
+    """`folder/device_time.csv` from the run's benchmark.csv and device_time.json: its row
+    count, None where the run was not timed by device time (or wrote no rows: no file)."""
+    result, table = folder / RESULT_FILE, folder / "benchmark.csv"
+    if not result.is_file() or not table.is_file():
+        return None
+    rows = list(csv.DictReader(io.StringIO(table.read_text("utf-8"))))
+    device_rows = csv_rows(rows, json.loads(result.read_text("utf-8")))
+    if not device_rows:
+        return None
+    (folder / CSV_FILE).write_bytes(to_csv(device_rows))
+    return len(device_rows)

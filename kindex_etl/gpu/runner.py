@@ -18,7 +18,8 @@ hosts without Prefect).
    after the campaign's time budget is skipped, not started. A failing or timed-out slot never
    stops the others.
 3. `finish`: per (version, repeat), one folder with benchmark.csv (the rows its slots wrote,
-   collect.new_rows), environment.json, run.json and logs/, uploaded to
+   collect.new_rows), with --device-time device_time.json and device_time.csv (its points as
+   rows of their own, device_time.csv_rows), environment.json, run.json and logs/, uploaded to
    `reruns/<version>/<run-id>/` of the upstream, the CSV last (an ingest that sees the CSV also
    sees its environment.json); and campaign.json with everything.
 """
@@ -503,6 +504,9 @@ def finish(
                 env["gpu_name"] = names[0]
         env["gpusUsed"] = sorted({str(r.gpu) for r in mine if r.gpu is not None})
         (folder / "benchmark.csv").write_bytes(collect.to_csv(rows))
+        if prep.device_time:
+            # The device-time points as runs of their own for the ingest, beside their twins.
+            device_time.write_csv(folder)
         (folder / "environment.json").write_text(json.dumps(env, indent=2, sort_keys=True) + "\n")
         role = "candidate" if slot.version == prep.version else "baseline"
         runs.append(
@@ -568,8 +572,10 @@ def write_manifest(result: CampaignResult, run: RunRecord) -> None:
 def upload(result: CampaignResult, run: RunRecord, upstream: str) -> list[str]:
     """Copy one run's folder to `reruns/<version>/<run-id>/` of the upstream store.
 
-    Logs, environment.json and run.json go first and benchmark.csv last; a run with no rows
-    uploads no CSV (there is nothing to ingest), but its logs still land for reading.
+    Logs, environment.json and run.json go first and the CSVs (benchmark.csv, then
+    device_time.csv where the run has one) last: an ingest that sees a CSV finds its
+    environment.json beside it. A run with no rows uploads no CSV (there is nothing to
+    ingest), but its logs still land for reading.
     """
     from kindex_etl.storage import open_store
 
@@ -578,9 +584,10 @@ def upload(result: CampaignResult, run: RunRecord, upstream: str) -> list[str]:
     prefix = rerun_prefix(run.version, run.run_id)
     run.uploaded_to = store.url.rstrip("/") + "/" + prefix
     write_manifest(result, run)
-    files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "benchmark.csv")
+    tables = ("benchmark.csv", device_time.CSV_FILE)
+    files = sorted(p for p in out.rglob("*") if p.is_file() and p.name not in tables)
     if run.rows > 0:
-        files.append(out / "benchmark.csv")
+        files += [out / name for name in tables if (out / name).is_file()]
     keys = []
     for path in files:
         key = prefix + path.relative_to(out).as_posix()

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 
 from kindex_etl.catalog import Catalog, default_catalog
 from kindex_etl.contracts.tables import QUARANTINE_SCHEMA
-from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
+from kindex_etl.contracts.upstream import DEVICE_TIME_COLUMNS, UPSTREAM_COLUMNS
 from kindex_etl.contracts.versions import sort_versions
 from kindex_etl.extract.read import RowBatch
 from kindex_etl.ingestion.batch import Ingestor, Source, held_keys
@@ -61,7 +61,9 @@ def sources_of(rows: pa.Table) -> list[Source]:
         part = rows.filter(mask)
 
         def batches(part: pa.Table = part) -> Iterator[RowBatch]:
-            batch = part.select(list(UPSTREAM_COLUMNS)).combine_chunks().to_batches()
+            # A device-time row's extra column where the rows have it (reprocess: from runs).
+            names = [*UPSTREAM_COLUMNS, *(c for c in DEVICE_TIME_COLUMNS if c in part.column_names)]
+            batch = part.select(names).combine_chunks().to_batches()
             lines = part.column("source_row").to_numpy(zero_copy_only=False).astype(np.int64)
             if batch:
                 yield RowBatch(batch=batch[0], lines=lines)

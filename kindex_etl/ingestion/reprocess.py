@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from kindex_etl.catalog import Catalog, default_catalog
 from kindex_etl.config import settings
 from kindex_etl.contracts.tables import QUARANTINE_SCHEMA, RUN_SCHEMA
-from kindex_etl.contracts.upstream import TIMESTAMP_FORMAT, UPSTREAM_COLUMNS
+from kindex_etl.contracts.upstream import DEVICE_TIME_COLUMNS, TIMESTAMP_FORMAT, UPSTREAM_COLUMNS
 from kindex_etl.errors import PreconditionFailed, StorageError
 from kindex_etl.ingestion.batch import Ingestor
 from kindex_etl.ingestion.commit import COMMIT_ATTEMPTS
@@ -54,6 +54,9 @@ RAW_RUN_COLUMNS = [
     "source_etag",
     "source_row",
 ]
+# Newer warehouses keep the CSV's metric_name (a device-time metric's runs are `speed`) and a
+# device-time run's upstream-timer figure, which its row carried in one more column.
+SOURCE_METRIC, UPSTREAM_TIMER = "source_metric", "upstream_timer_p50"
 # Tables a reprocess leaves as they are (kindex_etl.analysis writes them, not the ingest).
 ANALYSES = frozenset({layout.REGRESSIONS, f"documents/{layout.REGRESSIONS}"})
 # Newer warehouses keep the kernel name exactly as upstream wrote it (`dyt_beta=True`).
@@ -76,8 +79,14 @@ def upstream_rows(runs: pa.Table, software_of: dict[str, str]) -> pa.Table:
     kernel = runs.column("kernel")
     if SOURCE_KERNEL in runs.column_names:
         kernel = pc.coalesce(runs.column(SOURCE_KERNEL), kernel)
+    metric = runs.column("metric")
+    if SOURCE_METRIC in runs.column_names:
+        metric = pc.coalesce(runs.column(SOURCE_METRIC), metric)
+    metric = pc.cast(metric, pa.string())
+    names = metric.combine_chunks().dictionary_encode()
     units = metric_units()
-    unit = pc.if_else(pc.equal(runs.column("metric"), "speed"), units["speed"], units["memory"])
+    unit = pa.array([units.get(m, "") for m in names.dictionary.to_pylist()], pa.string())
+    unit = unit.take(names.indices)
     # An empty upstream pass was stored as `unspecified`; empty normalizes to it again.
     mode = pc.if_else(
         pc.equal(runs.column("operation_mode"), "unspecified"), "", runs.column("operation_mode")
@@ -89,7 +98,7 @@ def upstream_rows(runs: pa.Table, software_of: dict[str, str]) -> pa.Table:
         "kernel_name": kernel,
         "kernel_provider": runs.column("provider"),
         "kernel_operation_mode": mode,
-        "metric_name": runs.column("metric"),
+        "metric_name": metric,
         "metric_unit": unit,
         "x_name": runs.column("x_name"),
         "x_label": runs.column("x_label"),
@@ -111,10 +120,14 @@ def upstream_rows(runs: pa.Table, software_of: dict[str, str]) -> pa.Table:
         "software": software.take(envs.indices),
         **{name: columns[name] for name in UPSTREAM_COLUMNS},
     }
-    return pa.table(
+    out = pa.table(
         {k: pc.cast(v, QUARANTINE_SCHEMA.field(k).type) for k, v in table.items()},
         schema=QUARANTINE_SCHEMA,
     )
+    if UPSTREAM_TIMER in runs.column_names:
+        # Read by the normalizer for device-time rows only (contracts.upstream).
+        out = out.append_column(DEVICE_TIME_COLUMNS[0], _text(runs.column(UPSTREAM_TIMER)))
+    return out
 
 
 def software_by_environment(environments: pa.Table | None) -> dict[str, str]:
@@ -201,14 +214,26 @@ def reprocess(warehouse_url: str, *, catalog: Catalog | None = None) -> Reproces
         warehouse.refresh()
         report = ReprocessReport(warehouse=warehouse.store.url, catalog_version=catalog.version)
         wanted = list(
-            dict.fromkeys([*RAW_RUN_COLUMNS, *_COMPARED, SOURCE_KERNEL, "catalog_version"])
+            dict.fromkeys(
+                [
+                    *RAW_RUN_COLUMNS,
+                    *_COMPARED,
+                    SOURCE_KERNEL,
+                    SOURCE_METRIC,
+                    UPSTREAM_TIMER,
+                    "catalog_version",
+                ]
+            )
         )
         runs = _live_runs(warehouse, wanted)
         envs = _read(warehouse, warehouse.files(layout.ENVIRONMENTS), ["digest", "software"])
         held = open_quarantine_of(warehouse)
         fixed = pc.is_in(held.column("reason"), pa.array(sorted(FILE_LEVEL_REASONS)))
         carry, held_rows = held.filter(fixed), held.filter(pc.invert(fixed))
-        rows = pa.concat_tables([upstream_rows(runs, software_by_environment(envs)), held_rows])
+        rows = pa.concat_tables(
+            [upstream_rows(runs, software_by_environment(envs)), held_rows],
+            promote_options="permissive",
+        )
         report.runs_before, report.held_before = runs.num_rows, held.num_rows
 
         ingestor = Ingestor(warehouse, catalog, fresh=True)

@@ -9,6 +9,7 @@ in one contiguous buffer that is written as is.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kindex_etl.catalog import Catalog
+from kindex_etl.contracts import device_protocol
 from kindex_etl.contracts.tables import (
     DESCRIPTOR_FIELDS,
     QUANTILES,
@@ -28,6 +30,7 @@ from kindex_etl.contracts.tables import (
     UNIT_COLUMNS,
 )
 from kindex_etl.contracts.upstream import (
+    DEVICE_TIME_COLUMNS,
     MIB,
     NS_PER_MS,
     NUMBER,
@@ -48,7 +51,13 @@ from kindex_etl.normalize.descriptors import (
     SharedPart,
     labels_of,
 )
-from kindex_etl.normalize.documents import fragments, head_of, json_str, run_documents
+from kindex_etl.normalize.documents import (
+    device_native,
+    fragments,
+    head_of,
+    json_str,
+    run_documents,
+)
 from kindex_etl.normalize.key_index import KeyIndex
 from kindex_etl.normalize.origin_columns import origin_columns
 from kindex_etl.normalize.quarantine import quarantine_table
@@ -106,6 +115,7 @@ def descriptor_row(d: Descriptor) -> tuple[Any, ...]:
         k.kernel,  # source_kernel
         d.variant,  # workload_variant
         d.catalog_version,  # catalog_version
+        k.metric,  # source_metric
     )
 
 
@@ -300,11 +310,14 @@ def _json_inner(text: str) -> str:
 
 def shared_columns(shared: list[SharedPart]) -> dict[str, pa.Array]:
     """One row per shared part: what its descriptors take from it."""
-    metric = [s.key.metric for s in shared]
+    metric = [s.metric for s in shared]
     return {
         "series": _typed([s.series for s in shared], "series_id"),
         "series_json": pa.array([_json_inner(s.series) for s in shared], pa.string()),
-        "memory": pa.array(["/memory" if m == "memory" else "" for m in metric], pa.string()),
+        # The externalId's segment after the workload (`/memory`, a device-time metric's).
+        "suffix": pa.array([s.suffix for s in shared], pa.string()),
+        "source_metric": _typed([s.key.metric for s in shared], "source_metric"),
+        "is_device": pa.array([s.device for s in shared], pa.bool_()),
         "title": _typed([s.title for s in shared], "title"),
         "metric": _typed(metric, "metric"),
         "operation_mode": _typed([s.mode for s in shared], "operation_mode"),
@@ -385,7 +398,7 @@ def assemble_columns(
     columns.update(
         # Resolver.resolve's series id, from the same parts.
         series_id=pc.binary_join_element_wise(
-            s["series"], "/", w["workload_slug"], s["memory"], ""
+            s["series"], "/", w["workload_slug"], s["suffix"], ""
         ),
         x_label=stored["x_label"],
         catalog_version=pa.repeat(pa.scalar(catalog_version, pa.string()), n),
@@ -401,11 +414,12 @@ def assemble_columns(
         '","workloadDigest":"', columns["workload_digest"],
         '","sourceNative":{"benchmark":"', w["kernel_json"], "/", s["mode_json"],
         '","source":"liger-kernel-bench","externalId":"',
-        s["series_json"], "/", w["slug_json"], s["memory"], "/",
+        s["series_json"], "/", w["slug_json"], s["suffix"], "/",
         "",
     )  # fmt: skip
     cols["name_prefix"] = stored["name_prefix"]
     cols["is_speed"] = s["is_speed"]
+    cols["is_device"] = s["is_device"]
     return cols
 
 
@@ -423,6 +437,7 @@ def _descriptor_columns(descriptors: list[Descriptor]) -> dict[str, pa.Array]:
         cols[part] = pa.array([f[i] for f in frags], type=pa.string())
     cols["name_prefix"] = pa.array([d.name_prefix for d in descriptors], type=pa.string())
     cols["is_speed"] = pa.array([d.metric == "speed" for d in descriptors], type=pa.bool_())
+    cols["is_device"] = pa.array([d.device for d in descriptors], type=pa.bool_())
     return cols
 
 
@@ -475,6 +490,7 @@ class PreparedBatch:
     lines: np.ndarray  # per input row
     releases: pa.Array  # per input row: its liger_version
     software: str = ""  # host facts of the object's environment.json ("" for upstream)
+    upstream_p50: np.ndarray | None = None  # per input row: a device-time CSV's extra column
 
     def versions(self, keep: np.ndarray) -> set[str]:
         """The releases of the kept rows (a descriptor's release is its row's text)."""
@@ -497,7 +513,7 @@ class PreparedBatch:
             good, gid, ts_codes = good[keep], gid[keep], ts_codes[keep]
         return _build_runs(
             self.table, good, gid, self.values, self.source_key, self.source_etag, self.lines,
-            self.stamps, ts_codes, self.software,
+            self.stamps, ts_codes, self.software, self.upstream_p50,
         )  # fmt: skip
 
 
@@ -862,6 +878,7 @@ class ColumnarNormalizer:
             lines=lines,
             releases=batch.column("liger_version"),
             software=software,
+            upstream_p50=_optional_floats(batch, DEVICE_TIME_COLUMNS[0]),
         )
 
     def _out_of_range(
@@ -897,6 +914,58 @@ class ColumnarNormalizer:
         return out
 
 
+# The runs columns only device-time runs fill (`device_extras`).
+DEVICE_RUN_COLUMNS = ("upstream_timer_p50", "upstream_over_device", "host_bound")
+
+
+def host_bound_factor(catalog: Catalog) -> float:
+    """Upstream's figure over device time at which a point is host-bound (protocols.json)."""
+    spec = catalog.protocols["deviceTime"] if catalog.protocols else device_protocol.spec()
+    return float(spec["hostBoundFactor"])
+
+
+def _optional_floats(batch: pa.RecordBatch, name: str) -> np.ndarray | None:
+    """A column of numbers the batch may not have: float64, NaN where a value is no number
+    (it says something about a run, never whether the row is one)."""
+    if name not in batch.schema.names:
+        return None
+    column = batch.column(name)
+    ok = pc.fill_null(pc.match_substring_regex(column, NUMBER.pattern), False)
+    cleaned = pc.if_else(ok, pc.utf8_trim_whitespace(column), "nan")
+    return cast(np.ndarray, pc.cast(cleaned, pa.float64()).to_numpy(zero_copy_only=False))
+
+
+def device_extras(
+    is_device: pa.Array, device_p50: np.ndarray, upstream_p50: np.ndarray | None, factor: float
+) -> dict[str, pa.Array]:
+    """Per run: DEVICE_RUN_COLUMNS (null but on device-time runs) and `native`, the text its
+    document's sourceNative adds (`deviceTime`: hostBound, upstreamOverDevice, upstreamP50Ms).
+
+    As `gpu.device_time.host_bound` flags a point: the ratio rounded to 4 places, host-bound
+    where the ratio reaches the factor; no ratio (a figure missing or not positive), not
+    host-bound. Python per device-time run: they are our re-runs' few, upstream's have none.
+    """
+    n = len(is_device)
+    device = np.asarray(is_device.to_numpy(zero_copy_only=False), dtype=bool)
+    up: list[float | None] = [None] * n
+    over: list[float | None] = [None] * n
+    bound: list[bool | None] = [None] * n
+    native = [""] * n
+    for i in np.flatnonzero(device).tolist():
+        u = float(upstream_p50[i]) if upstream_p50 is not None else math.nan
+        up[i] = u if math.isfinite(u) else None
+        over[i], bound[i] = device_protocol.host_bound(up[i], float(device_p50[i]), factor)
+        native[i] = ',"deviceTime":' + json.dumps(
+            device_native(up[i], over[i], bool(bound[i])), separators=(",", ":")
+        )
+    return {
+        "upstream_timer_p50": pa.array(up, pa.float64()),
+        "upstream_over_device": pa.array(over, pa.float64()),
+        "host_bound": pa.array(bound, pa.bool_()),
+        "native": pa.array(native, pa.string()),
+    }
+
+
 def _build_runs(
     table: DescriptorTable,
     good: np.ndarray,
@@ -908,6 +977,7 @@ def _build_runs(
     stamps: Timestamps,
     ts_codes: np.ndarray,
     software: str = "",
+    upstream_p50: np.ndarray | None = None,
 ) -> tuple[pa.Table, pa.StringArray]:
     """The run columns and documents of rows `good` (descriptors `gid`, timestamps `ts_codes`)."""
     # A batch's dictionaries hold only the descriptors it uses: with the whole process's
@@ -943,7 +1013,15 @@ def _build_runs(
     )
     external = pc.binary_join_element_wise(cols["series_id"].take(take), ts_slug, "/")
 
-    json_lines = run_documents(cols, take, is_speed, names, observed, ts_slug, raw, finite, scaled)
+    device = device_extras(
+        cols["is_device"].take(take),
+        values["50"][good],
+        None if upstream_p50 is None else upstream_p50[good],
+        host_bound_factor(table.catalog),
+    )
+    json_lines = run_documents(
+        cols, take, is_speed, names, observed, ts_slug, raw, finite, scaled, device["native"]
+    )
 
     table_cols: dict[str, Any] = {}
     for f in RUN_SCHEMA:
@@ -983,6 +1061,7 @@ def _build_runs(
         **origin_columns(
             source_key, software, cols["liger_version"].take(take), observed=observed_at
         ),
+        **{name: device[name] for name in DEVICE_RUN_COLUMNS},
     )
     runs = pa.table([table_cols[f.name] for f in RUN_SCHEMA], schema=RUN_WRITE_SCHEMA)
     return runs, json_lines

@@ -22,6 +22,7 @@ import rfc8785
 from packaging.version import InvalidVersion, Version
 
 from kindex_etl.catalog import Catalog, KernelInfo, ProtocolVariant
+from kindex_etl.contracts import device_protocol as device_time
 from kindex_etl.contracts.digests import canonical_json, digest
 from kindex_etl.contracts.documents import (
     BenchmarkProtocol,
@@ -80,7 +81,7 @@ KEY_COLUMNS = (
 @dataclass(slots=True)
 class Descriptor:
     key: DescriptorKey
-    metric: str  # "speed" | "memory"
+    metric: str  # "speed" | "memory" (key.metric: the CSV's metric_name)
     series_id: str  # externalId without its timestamp segment
     name_prefix: str  # metadata.name before its timestamp slug
     title: str
@@ -103,6 +104,7 @@ class Descriptor:
     kernel: str = ""  # the catalog kernel; key.kernel is the raw kernel_name
     variant: str | None = None  # the workload variant rule that applied
     catalog_version: str = ""
+    device: bool = False  # a device-time run (MetricKind.device_method): its row has extras
     # Indices of its shared part, workload, protocol and implementation in its resolver's
     # `Parts` (-1: resolved by no resolver's registry): what the columnar normalizer makes a
     # batch's descriptor columns from, one row per part instead of one per descriptor.
@@ -174,8 +176,49 @@ def protocol_document(
     )
 
 
-def metric_units() -> dict[str, str]:
-    return {name: spec["unit"] for name, spec in _protocol_catalog()["metrics"].items()}
+def metric_units(protocols: dict[str, Any] | None = None) -> dict[str, str]:
+    """metric_name -> its unit: upstream's metrics and our re-runs' device-time ones."""
+    cat = protocols or _protocol_catalog()
+    units = {name: spec["unit"] for name, spec in cat["metrics"].items()}
+    device = cat.get("deviceTime")
+    if device is not None:
+        units.update(dict.fromkeys(device_time.metric_methods(cat), device["unit"]))
+    return units
+
+
+@dataclass(frozen=True)
+class MetricKind:
+    """What a CSV metric_name makes of a run: its metric (`speed` or `memory`), the segment its
+    externalId has before the timestamp (none for speed, the seed's form), and the words its
+    name and title add. Device time (`device_time.<method>.v<version>`) is speed timed by
+    another protocol: its runs are `speed` runs whose externalId says which timer."""
+
+    metric: str
+    suffix: str = ""  # "/<segment>" of the externalId and series id
+    name_part: str = ""  # inserted into metadata.name after the pass
+    title: str = ""  # appended to the title
+    device_method: str | None = None  # device time's method: its protocol document
+
+
+def metric_kind(metric_name: str, protocols: dict[str, Any] | None = None) -> MetricKind:
+    if metric_name == "memory":
+        # Memory rows share everything with a speed row but the metric: their own externalId
+        # shape (one more segment) and a name and title that say so.
+        return MetricKind("memory", "/memory", "memory", " · peak memory")
+    cat = protocols or _protocol_catalog()
+    method = device_time.metric_methods(cat).get(metric_name) if "deviceTime" in cat else None
+    if method is not None:
+        # A device-time twin shares kernel, pass, provider, workload and timestamp with the
+        # upstream-timer row of its point: the segment (the metric name's slug, which names
+        # method and protocol version) keeps the two externalIds, and the series, apart.
+        return MetricKind(
+            cat["deviceTime"]["metric"],
+            "/" + slug(metric_name),
+            "device-time",
+            f" · device time ({method.replace('_', ' ')})",
+            method,
+        )
+    return MetricKind(metric_name)
 
 
 def environment_document(catalog: Catalog, gpu_name: str, software: str) -> ExecutionEnvironment:
@@ -378,7 +421,7 @@ class Resolver:
         self._predates: dict[tuple[str, str], bool] = {}
         self._gpu_slugs: dict[str, str] = {}
         self._shared: dict[tuple[str, ...], SharedPart | tuple[bool, Rejected]] = {}
-        self._units = metric_units()
+        self._units = metric_units(catalog.protocols or None)
         self.parts = Parts()
 
     def protocol(self, metric: str, mode: str, kernel: str = "", version: str = "") -> Hashed:
@@ -394,7 +437,13 @@ class Resolver:
         if index is None:
             variant = self.catalog.protocol_variant(kernel, metric, mode, version)
             protocols = self.catalog.protocols or None
-            document = protocol_document(metric, mode, variant, protocols).document()
+            method = metric_kind(metric, protocols).device_method
+            if method is not None:
+                # Our device timer's document, as the re-run recorded it (device_time.py).
+                raw = device_time.protocol_document(method, mode, protocols)
+                document = BenchmarkProtocol.model_validate(raw).document()
+            else:
+                document = protocol_document(metric, mode, variant, protocols).document()
             index = self._protocols[key] = len(self.parts.protocols)
             self.parts.protocols.append(Hashed.of(document))
         return index
@@ -525,13 +574,12 @@ class Resolver:
         if predates is None:
             predates = self.catalog.predates_benchmark(kernel_name, key.liger_version)
             self._predates[(kernel_name, key.liger_version)] = predates
+        kind = metric_kind(key.metric, self.catalog.protocols or None)
         title = f"{kernel.title if kernel else kernel_name} · {key.provider} · {mode}"
+        title += kind.title
         name_parts = [kernel_name, mode, key.provider, gpu_slug]
-        if key.metric == "memory":
-            # Memory rows share everything with a speed row but the metric: give them their
-            # own externalId shape (one more segment) and a name and title that say so.
-            name_parts.insert(2, "memory")
-            title += " · peak memory"
+        if kind.name_part:
+            name_parts.insert(2, kind.name_part)
         shared = SharedPart(
             key=key,
             index=len(self.parts.shared),
@@ -540,6 +588,9 @@ class Resolver:
             environment=environment,
             mode=mode,
             gpu_slug=gpu_slug,
+            metric=kind.metric,
+            suffix=kind.suffix,
+            device=kind.device_method is not None,
             series=series,
             title=title,
             name_parts=tuple(name_parts),
@@ -588,11 +639,10 @@ class Resolver:
         kernel = shared.kernel
         series = f"{shared.series}/{workload_slug}"
         labels = labels_of(shared, resolved.variant is not None)
-        if key.metric == "memory":
-            series += "/memory"
+        series += shared.suffix
         return Descriptor(
             key=key,
-            metric=key.metric,
+            metric=shared.metric,
             series_id=series,
             name_prefix=name_prefix(
                 shared.name_parts, shared.name_head, resolved.slug, resolved.name_tail
@@ -617,6 +667,7 @@ class Resolver:
             kernel=kernel_name,
             variant=resolved.variant,
             catalog_version=self.catalog.version,
+            device=shared.device,
             parts=(shared.index, resolved.index, p, i),
         )
 
@@ -632,6 +683,9 @@ class SharedPart:
     environment: Hashed
     mode: str
     gpu_slug: str
+    metric: str  # `speed` or `memory` (MetricKind.metric): key.metric is the CSV's name
+    suffix: str  # MetricKind.suffix: the externalId's segment after the workload slug
+    device: bool  # a device-time metric
     series: str  # externalId up to the workload slug
     title: str
     name_parts: tuple[str, ...]  # metadata.name's parts before the workload slug

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -56,6 +57,20 @@ def fragments(d: Descriptor) -> tuple[str, str]:
     return head, middle
 
 
+def device_native(
+    upstream_p50: float | None, over: float | None, host_bound: bool
+) -> dict[str, Any]:
+    """A device-time run's `sourceNative.deviceTime`: whether the point is host-bound, and
+    upstream's timer's median of it in the same run with its ratio to device time, where known
+    (a reader finds host-bound points by it; the runs table has the same as columns)."""
+    out: dict[str, Any] = {"hostBound": host_bound}
+    if over is not None:
+        out["upstreamOverDevice"] = over
+    if upstream_p50 is not None:
+        out["upstreamP50Ms"] = upstream_p50
+    return out
+
+
 def _shape_pieces() -> list[pa.Array]:
     """The constant text between a document's row values, per row shape.
 
@@ -80,7 +95,8 @@ def _shape_pieces() -> list[pa.Array]:
             f'","metrics":{{"{unit}_20":',
             f',"{unit}_50":',
             f',"{unit}_80":',
-            '}},"measurements":[' + (opening("20") if f20 else ""),
+            # sourceNative's own keys (`native`, device-time runs) come between its two braces.
+            '},"measurements":[' + (opening("20") if f20 else ""),
             ("}" if f20 else "") + ("," if f20 and f80 else "") + (opening("80") if f80 else ""),
             ("}" if f80 else "") + '],"observedAt":"',
             f'","status":"{status}"' + (median if f50 else ""),
@@ -112,6 +128,7 @@ def run_documents(
     raw: dict[str, pa.Array],
     finite: dict[str, pa.Array],
     scaled: dict[str, pa.Array],
+    native: pa.Array,
 ) -> pa.Array:
     """One BenchmarkRun document per row, ending in a newline.
 
@@ -136,6 +153,7 @@ def run_documents(
         piece[0], numbers("20"),
         piece[1], numbers("50"),
         piece[2], numbers("80"),
+        "}", native,
         piece[3], integer["20"],
         piece[4], integer["80"],
         piece[5], observed,

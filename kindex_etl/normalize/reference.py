@@ -13,9 +13,19 @@ from datetime import datetime
 from typing import Any
 
 from kindex_etl.catalog import Catalog
+from kindex_etl.contracts.device_protocol import host_bound
 from kindex_etl.contracts.documents import BenchmarkRun
-from kindex_etl.contracts.upstream import MIB, NS_PER_MS, NUMBER, TIMESTAMP, TIMESTAMP_FORMAT
+from kindex_etl.contracts.upstream import (
+    DEVICE_TIME_COLUMNS,
+    MIB,
+    NS_PER_MS,
+    NUMBER,
+    TIMESTAMP,
+    TIMESTAMP_FORMAT,
+)
+from kindex_etl.normalize.columnar import host_bound_factor
 from kindex_etl.normalize.descriptors import Descriptor, DescriptorKey, Rejected, resolve, run_name
+from kindex_etl.normalize.documents import device_native
 from kindex_etl.normalize.slugs import timestamp_slug
 
 
@@ -59,6 +69,14 @@ def parse_value(column: str, text: str) -> float:
     return float(text)
 
 
+def _upstream_figure(text: str | None) -> float | None:
+    """A device-time row's upstream-timer median: a finite number, or unknown."""
+    if text is None or not NUMBER.match(text):
+        return None
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
 def normalize_row(catalog: Catalog, row: Mapping[str, str], software: str = "") -> Bundle:
     descriptor = resolve(catalog, descriptor_key(row, software))
     ts = row["timestamp"]
@@ -88,6 +106,11 @@ def normalize_row(catalog: Catalog, row: Mapping[str, str], software: str = "") 
         "environmentDigest": descriptor.environment_digest,
         "implementationDigest": descriptor.implementation_digest,
     }
+    if descriptor.device:
+        upstream = _upstream_figure(row.get(DEVICE_TIME_COLUMNS[0]))
+        factor = host_bound_factor(catalog)
+        over, bound = host_bound(upstream, values["50"], factor)
+        spec["sourceNative"]["deviceTime"] = device_native(upstream, over, bound)
     if "50" in scaled:
         stats = {"median": scaled["50"]}
         if speed:

@@ -159,3 +159,15 @@ def fake_pypi(standin_sdist: Path, baseline_sdist: Path) -> Iterator[FakePyPI]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def standin_device(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    """Scripts see the STAND-IN device (standin_device/: a simulated clock), one GPU."""
+
+    def use() -> None:
+        monkeypatch.setenv("PYTHONPATH", str(STANDIN_DEVICE))
+        monkeypatch.setenv("STANDIN_GPU_COUNT", "1")
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+    return use

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from kindex_etl.contracts import device_protocol
 from kindex_etl.contracts.digests import digest as contract_digest
 from kindex_etl.contracts.documents import BenchmarkProtocol
 from kindex_etl.gpu import device_ab, device_time, run_campaign
@@ -59,6 +60,8 @@ def test_the_digest_moves_with_what_is_timed_and_how_many_times(
     cupti = device_time.digest(device_time.protocol_document("cupti", "backward"))
     spec = json.loads(json.dumps(device_time.spec()))
     spec["parameters"]["batches"] = 40
+    # Where the documents are made (contracts.device_protocol) and what the launcher reads.
+    monkeypatch.setattr(device_protocol, "spec", lambda: spec)
     monkeypatch.setattr(device_time, "spec", lambda: spec)
     after = device_time.protocol_document("cuda_graph", "forward")
     assert device_time.digest(after) != before
@@ -138,16 +141,6 @@ def test_launcher_keeps_upstreams_timer_and_times_each_point_by_device_time(
     assert points[("liger", "backward", "8192")]["protocolDigest"] == device_time.digest(
         device_time.protocol_document("cupti", "backward")
     )
-
-
-@pytest.fixture
-def standin_device(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
-    def use() -> None:
-        monkeypatch.setenv("PYTHONPATH", str(STANDIN_DEVICE))
-        monkeypatch.setenv("STANDIN_GPU_COUNT", "1")
-        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-
-    return use
 
 
 def test_a_device_time_campaign_finds_a_3_percent_slowdown_that_upstreams_timer_misses(
