@@ -105,6 +105,7 @@ def gpu_rerun_flow(
     workdir: str | None = None,
     output_dir: str | None = None,
     campaign_id: str | None = None,
+    device_time: bool = False,
 ) -> dict[str, Any] | State:
     """Measure every script (or `kernels`) of `liger_version`, and of `baseline_version` with
     the same harness, interleaved, `repeats` times; this flow run does shard `shard_index`.
@@ -112,6 +113,8 @@ def gpu_rerun_flow(
     `upstream` (default KINDEX_UPSTREAM) receives one upload per version and repeat; `sdist`,
     `wheel`, `baseline_*` are local files for hosts without network (default: PyPI, verified);
     `gpus` overrides the GPUs found; `budget_s` stops starting scripts after that many seconds.
+    `device_time`: time every point by device time as well as by upstream's timer
+    (docs/reruns.md, "Device time"); the upload then holds device_time.csv too.
     """
     from kindex_etl.config import settings
 
@@ -122,7 +125,7 @@ def gpu_rerun_flow(
         sdist=sdist, wheel=wheel, baseline_sdist=baseline_sdist, baseline_wheel=baseline_wheel,
         gpus=gpus, shard_index=shard_index, shard_count=shard_count,
         script_timeout_s=script_timeout_s, budget_s=budget_s, workdir=workdir,
-        output_dir=output_dir, campaign_id=campaign_id,
+        output_dir=output_dir, campaign_id=campaign_id, device_time=device_time,
     )  # fmt: skip
     for s in prep.skipped:
         logger.info("skipped %s: %s", s.name, s.reason)

@@ -90,7 +90,7 @@ RunFlow = Callable[..., Any]
 
 def _run(args: argparse.Namespace, run_flow: RunFlow | None) -> CampaignResult:
     device = getattr(args, "device_time", False)
-    if run_flow is None or args.no_prefect or args.python or args.pip or device:
+    if run_flow is None or args.no_prefect or args.python or args.pip:
         result = run_campaign(
             args.version, baseline=args.baseline, upstream=args.upstream,
             sdist_sha256=args.sha256, use_pip_index=args.pip, python=args.python,
@@ -101,7 +101,7 @@ def _run(args: argparse.Namespace, run_flow: RunFlow | None) -> CampaignResult:
         return result
     state = run_flow(
         liger_version=args.version, baseline_version=args.baseline, upstream=args.upstream,
-        warehouse=args.warehouse, return_state=True, **_common(args),
+        warehouse=args.warehouse, device_time=device, return_state=True, **_common(args),
     )  # fmt: skip
     data = state.result(raise_on_failure=False)
     if isinstance(data, dict) and "campaign_id" in data:

@@ -259,10 +259,19 @@ def test_the_rerun_command_with_device_time_runs_the_campaign_itself(
          "--output-dir", str(tmp_path / "o"), "--device-time", "--json"]
     )  # fmt: skip
 
-    def no_flow(**kwargs: Any) -> None:
-        raise AssertionError("the flow does not take --device-time")
+    class Handed(Exception):
+        pass
 
-    assert command.run_from_args(args, run_flow=no_flow) == 0
+    def flow(**kwargs: Any) -> None:
+        raise Handed(kwargs)
+
+    # With Prefect, the command hands device time to the re-run flow (which takes it)...
+    with pytest.raises(Handed) as handed:
+        command.run_from_args(args, run_flow=flow)
+    assert handed.value.args[0]["device_time"] is True
+    # ...and without, it runs the campaign itself.
+    args.no_prefect = True
+    assert command.run_from_args(args, run_flow=flow) == 0
     result = json.loads(capsys.readouterr().out)
     folder = Path(result["runs"][0]["output_dir"])
     data = json.loads((folder / device_time.RESULT_FILE).read_text())

@@ -252,3 +252,37 @@ def test_fan_out_over_four_gpus_one_script_per_gpu_at_a_time(
     with get_client(sync_client=True) as client:
         for gpu in ("0", "1", "2", "3"):
             assert client.read_global_concurrency_limit_by_name(gpu_limit_name(gpu)).limit == 1
+
+
+def test_the_rerun_flow_times_device_time_when_asked(
+    harness: str,
+    standin_device: Callable[[], None],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """STAND-IN harness and device (CPU). The deployed re-run (deploy/prefect.yaml sets
+    device_time) uploads device_time.csv beside benchmark.csv, through Prefect's engine (the
+    stand-in device's scripts run only under the device-time launcher: without it, the flow's
+    other tests cover the upload)."""
+    from flows.gpu_rerun import gpu_rerun_flow
+    from kindex_etl.gpu import device_time
+    from kindex_etl.gpu.runner import CampaignResult
+
+    from ..gpu.conftest import STANDIN_DEVICE_SDIST, build_standin_sdist
+
+    standin_device()
+    monkeypatch.setenv("STANDIN_SLOW_VERSION", STANDIN_VERSION)
+    dist = tmp_path / "dist"
+    common = {
+        "liger_version": STANDIN_VERSION, "baseline_version": BASELINE_VERSION,
+        "kernels": ["rms_norm"], "repeats": 1, "upstream": str(tmp_path / "up"),
+        "sdist": str(build_standin_sdist(dist, STANDIN_VERSION, STANDIN_DEVICE_SDIST)),
+        "baseline_sdist": str(build_standin_sdist(dist, BASELINE_VERSION, STANDIN_DEVICE_SDIST)),
+    }  # fmt: skip
+    state = gpu_rerun_flow(**common, workdir=str(tmp_path / "w"), device_time=True,
+                           return_state=True)  # fmt: skip
+    result = CampaignResult.from_dict(state.result())
+    assert result.ok and len(result.runs) == 2
+    for run in result.runs:
+        names = [k.rsplit("/", 1)[-1] for k in run.uploaded_keys]
+        assert names[-2:] == ["benchmark.csv", device_time.CSV_FILE]
