@@ -42,6 +42,10 @@ from .detect import DETERMINISTIC_METRICS, SERIES_META, DetectorSettings, detect
 from .noise import NoiseModel, fit, within_sigma
 from .series import RunSource
 
+# The timer a series without a calibration class of its own was measured by (release points'
+# `timer`; a class's points carry the class's name, e.g. `device_time`).
+TIMER = "upstream"
+
 STEPS = (0.05, 0.10, 0.20, 0.50)
 IDENTITY = [
     "kernel_name",

@@ -21,11 +21,14 @@ import pandas as pd
 from scipy import stats
 
 from ..catalog import Catalog, default_catalog
+from .calibration import TIMER
 
 SAME_SERIES = ["kernel", "operation_mode", "metric", "workload_digest", "protocol_digest"]
 # The origin too: a contributor's row is never compared with a CI run as if one machine.
 MACHINE = ["gpu_product", "gpu_form_factor", "software_class", "origin"]
 NO_DIFFERENCE = "no difference detectable"
+# Comparisons are of upstream's timer only (release points' `timer`): pooled with our re-runs'
+# device time, one summary would average two instruments' answers.
 
 
 def _pairs(points: pd.DataFrame, side: str, a: Any, b: Any, match: Sequence[str]) -> pd.DataFrame:
@@ -98,10 +101,17 @@ def _compare(
     return out
 
 
+def _one_timer(points: pd.DataFrame) -> pd.DataFrame:
+    if points.empty or "timer" not in points:
+        return points
+    return points[points["timer"].fillna(TIMER) == TIMER]
+
+
 def _per_release(points: pd.DataFrame) -> pd.DataFrame:
     """One point per series and release label. Points are commits where commits are known, and
     every commit on main between two tags carries the earlier tag's label: the release's own
     point is the first of its label in history order (the tagged commit)."""
+    points = _one_timer(points)
     if points.empty or "release_rank" not in points or "series_key" not in points:
         return points
     ordered = points.sort_values("release_rank", kind="stable")
@@ -135,6 +145,7 @@ def compare_baseline(
     `ratio` is liger / baseline (below 1: liger is faster or smaller); `speedup` its inverse.
     """
     catalog = catalog or default_catalog()
+    points = _one_timer(points)
     out: list[dict[str, Any]] = []
     # Liger and its baseline measured at the same commit (where commits are known).
     same_point = ["commit_sha"] if "commit_sha" in points else []

@@ -93,6 +93,7 @@ def retractions(
     known: dict[str, Known],
     found: Sequence[dict[str, Any]],
     scope: Scope,
+    analysed_seq: int,
 ) -> list[dict[str, Any]]:
     """The changes an analysis no longer finds, inside what it looked at, as rows of state
     `retracted` (their last row otherwise unchanged, run ids included).
@@ -102,10 +103,12 @@ def retractions(
     a reprocess, or more runs at the same commits, a reader taking each change's latest row
     went on seeing alerts that no analysis stands behind any more."""
     seen = {r["change_id"] for r in found}
+    # A row written by an analysis of a later commit than this one's is not this analysis's
+    # to judge: it saw runs this one did not (a full analysis outlived by an hourly one).
     gone = {
         cid
         for cid, k in known.items()
-        if k.state != RETRACTED and cid not in seen and scope.covers(k)
+        if k.state != RETRACTED and cid not in seen and scope.covers(k) and k.seq <= analysed_seq
     }
     if not gone:
         return []
@@ -113,7 +116,7 @@ def retractions(
     files = sorted({(known[cid].batch, known[cid].key) for cid in gone})
     for batch, key in files:
         wanted = {cid for cid in gone if (known[cid].batch, known[cid].key) == (batch, key)}
-        table = warehouse.read_file(batch, key, list(REGRESSIONS_SCHEMA.names))
+        table = _conformed(warehouse.read_file(batch, key))
         picked = table.filter(pc.is_in(table.column("change_id"), pa.array(sorted(wanted))))
         last: dict[str, dict[str, Any]] = {}
         for row in picked.to_pylist():
@@ -126,14 +129,29 @@ def retractions(
     return rows
 
 
+def _conformed(table: pa.Table) -> pa.Table:
+    """A regressions file in today's schema: files written before a column existed have it
+    as nulls (a retraction repeats such a file's row)."""
+    for f in REGRESSIONS_SCHEMA:
+        if f.name not in table.column_names:
+            table = table.append_column(f, pa.nulls(table.num_rows, f.type))
+    return table.select(REGRESSIONS_SCHEMA.names)
+
+
 def new_rows(
-    warehouse: Warehouse, rows: Sequence[dict[str, Any]], scope: Scope
+    warehouse: Warehouse, rows: Sequence[dict[str, Any]], scope: Scope, analysed_seq: int
 ) -> list[dict[str, Any]]:
     """The rows whose (change, state) the table does not hold as current, then the
-    retractions of what the analysis no longer finds within `scope`."""
+    retractions of what the analysis no longer finds within `scope`. Changes whose current row
+    an analysis of a later commit wrote are left to it."""
     known = known_changes(warehouse)
-    changed = [r for r in rows if (k := known.get(r["change_id"])) is None or k.state != r["state"]]
-    return [*changed, *retractions(warehouse, known, rows, scope)]
+    changed = [
+        r
+        for r in rows
+        if (k := known.get(r["change_id"])) is None
+        or (k.state != r["state"] and k.seq <= analysed_seq)
+    ]
+    return [*changed, *retractions(warehouse, known, rows, scope, analysed_seq)]
 
 
 def commit_changes(
@@ -155,7 +173,10 @@ def commit_changes(
     looked_at = scope or Scope()
     for _ in range(ATTEMPTS):
         warehouse.refresh()
-        new = [{**r, "warehouse_seq": analysed_seq} for r in new_rows(warehouse, rows, looked_at)]
+        new = [
+            {**r, "warehouse_seq": analysed_seq}
+            for r in new_rows(warehouse, rows, looked_at, analysed_seq)
+        ]
         if not new:
             return None, []
         digest = hashlib.sha256(

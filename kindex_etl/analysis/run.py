@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from ..extract.history import History, default_history
 from ..memory import pin_mmap_threshold, release_unused_memory, use_bulk_arrow_pool
 from ..storage import ObjectStore, open_store
-from .calibration import Calibration, SeriesClass, default_calibration
+from .calibration import TIMER, Calibration, SeriesClass, default_calibration
 from .controls import mark_baseline_steps, mark_shared_steps
 from .detect import release_points
 from .publish import Scope
@@ -149,7 +149,14 @@ def detect_changes(
             result.run_ids.take(rows)
             result.changes.extend(rows)
             if points is not None:
-                points.append(release_points(part, settings))
+                found = release_points(part, settings)
+                if found.num_rows:
+                    # Which timer: comparisons keep to upstream's (analysis.compare).
+                    timer = TIMER if cls is None else cls.name
+                    found = found.append_column(
+                        "timer", pa.array([timer] * found.num_rows, pa.string())
+                    )
+                points.append(found)
             del part
         del bucket  # else it stays alive while the next one is read and sorted
     mark_baseline_steps(result.changes)
@@ -244,7 +251,7 @@ def run_regressions(
 
             wh = Warehouse(store)
             wh.refresh()
-            result.new = new_rows(wh, result.changes, result.scope)
+            result.new = new_rows(wh, result.changes, result.scope, result.seq)
         if points is not None and not result.incremental:
             from ..report import write_report
 

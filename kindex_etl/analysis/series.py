@@ -633,13 +633,17 @@ class _BucketFiles:
         self._writers: dict[str, ipc.RecordBatchFileWriter] = {}
         self._pending: dict[str, list[pa.Table]] = {}
         self._rows: dict[str, int] = {}
-        self._sizes: dict[str, int] = {}
         self._bytes = 0
 
     def add(self, name: str, part: pa.Table, nbytes: int) -> None:
-        """`nbytes`: the piece's size, as the caller estimates it."""
+        """`nbytes`: the piece's share of its row group's bytes.
+
+        Pieces are slices of their row group, which stays in memory while any of them waits:
+        a bucket written early does not give its bytes back (a skewed row group whose big
+        bucket is written at once is still held by its small pieces), so `_bytes` counts
+        every row group read since the last time everything was written, and the budget
+        bounds what is really held."""
         self._pending.setdefault(name, []).append(part)
-        self._sizes[name] = self._sizes.get(name, 0) + nbytes
         self._rows[name] = self._rows.get(name, 0) + part.num_rows
         self._bytes += nbytes
         if self._rows[name] >= SPILL_BATCH_ROWS:
@@ -647,11 +651,11 @@ class _BucketFiles:
         elif self._bytes > SPILL_BUFFER_BYTES:
             for waiting in list(self._pending):
                 self._flush(waiting)
+            self._bytes = 0
 
     def _flush(self, name: str) -> None:
         parts = self._pending.pop(name)
         self._rows.pop(name)
-        self._bytes -= self._sizes.pop(name)
         writer = self._writers.get(name)
         if writer is None:
             path = self._path(name)

@@ -334,3 +334,27 @@ def test_a_step_only_a_baseline_takes_is_not_an_alert(tmp_path: Path) -> None:
     (c,) = detect_changes(open_store(wh), history=history()).changes
     assert c["provider"] == "torch" and c["state"] == "environment"
     assert c["baseline_providers"] == ["liger"] and c["baseline_ratio"] == pytest.approx(1.0)
+
+
+def test_the_many_kernels_rule_counts_each_timer_apart() -> None:
+    """Issue 34's device-time series are a class of their own: upstream-timer changes on two
+    kernels and device-time changes on three at one re-run commit are five kernels for
+    neither timer."""
+    from kindex_etl.analysis.controls import mark_shared_steps
+
+    def change(kernel: str, series_class: str) -> dict[str, object]:
+        return {"kernel": kernel, "state": "alert", "series_class": series_class,
+                "origin": "rerun", "gpu_product": "NVIDIA H200", "gpu_form_factor": None,
+                "software_class": "torch=2.11", "after_commit": "abc1234",
+                "after_release": "0.8.5", "metric": "speed", "direction": "slower"}  # fmt: skip
+
+    rows = [change(k, "speed/full") for k in ("a", "b")]
+    rows += [change(k, "device_time/full") for k in ("c", "d", "e")]
+    mark_shared_steps(rows, kernels=5)
+    assert [(r["state"], r["kernels_at_step"]) for r in rows] == [("alert", 2)] * 2 + [
+        ("alert", 3)
+    ] * 3
+    more = [change(k, "device_time/forward") for k in ("f", "g")]
+    mark_shared_steps(rows + more, kernels=5)
+    assert {r["state"] for r in rows[2:] + more} == {"environment"}
+    assert {r["state"] for r in rows[:2]} == {"alert"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -132,3 +133,22 @@ def test_real_aa_runs_compared_as_two_releases_show_no_difference(tmp_path: Path
     rows = compare_releases(points_frame(points), "0.8.5", "0.8.5.post1")
     assert len(rows) == 16  # 2 kernels x 2 providers x 3 passes of speed, + 4 of memory
     assert {r["verdict"] for r in rows} == {NO_DIFFERENCE}
+
+
+def test_comparisons_keep_to_upstreams_timer(tmp_path: Path) -> None:
+    """Re-run machines hold both timers' points (issue 34's device time: other protocol
+    digests, `timer` device_time). Pooled, liger's speed-up would be an average of two
+    instruments' answers with twice the pairs."""
+    groups = _groups(1.0, provider="liger", base=0.1) + _groups(1.0, provider="torch", day=20)
+    frame = _frame(build_warehouse(tmp_path, groups))
+    assert set(frame["timer"]) == {"upstream"}
+    device = frame.copy()
+    device["timer"] = "device_time"
+    device["protocol_digest"] = "sha256:" + "d" * 64
+    liger = device["provider"] == "liger"
+    device.loc[liger, "log_value"] = device.loc[liger, "log_value"] + np.log(0.5)
+    mixed = pd.concat([frame, device], ignore_index=True)
+    assert compare_baseline(mixed) == compare_baseline(frame)
+    releases = compare_releases(mixed, *RELEASES)
+    assert releases == compare_releases(frame, *RELEASES) and releases
+    assert all(r["pairs"] == len(XS) for r in releases)

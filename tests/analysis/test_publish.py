@@ -225,3 +225,41 @@ def test_retraction_after_compaction_reads_the_current_rows(tmp_path: Path) -> N
     )
     assert {state for state, _ in _current(wh).values()} == {"retracted"}
     assert run_regressions(wh, report=False, calibration=_stricter(0.4)).new == []
+
+
+def test_a_stale_analysis_neither_retracts_nor_restates_what_a_later_one_wrote(
+    tmp_path: Path,
+) -> None:
+    """A full analysis reads commit 1 and takes long; meanwhile an ingest and its hourly
+    analysis commit an alert at warehouse_seq 2. The slow one, committing after, must not
+    retract (nor announce the retraction of) a change it could not have seen."""
+    from kindex_etl.analysis.publish import commit_changes
+
+    wh = build_warehouse(tmp_path, [series_rows([0.1] * 8)])
+    stale = detect_changes(open_store(wh))
+    assert stale.changes == [] and stale.seq == 1
+    step = tmp_path / "step"
+    write_csv(step / "s.csv", series_rows(STEP, x="4096", day=25))
+    ingest(str(step), wh, IngestOptions(trigger=False))
+    (alert,) = run_regressions(wh, report=False).new
+    seq, new = commit_changes(
+        open_store(wh), stale.changes, analysed_seq=stale.seq, scope=stale.scope
+    )
+    assert (seq, new) == (None, [])
+    assert _current(wh) == {alert["change_id"]: ("alert", 2)}
+
+
+def test_retracting_a_change_written_before_a_column_existed(tmp_path: Path) -> None:
+    """Regressions files of older warehouses lack columns added since (origin, the commit
+    range, ...): the retraction repeats such a row with those as nulls instead of failing."""
+    import pyarrow.parquet as pq
+
+    wh = build_warehouse(tmp_path, [series_rows(STEP)])
+    (alert,) = run_regressions(wh, report=False).new
+    (key,) = _snapshot(wh)["tables"]["regressions"]
+    old = pq.read_table(Path(wh) / key)
+    pq.write_table(old.drop_columns(["origin", "before_commit", "first_release"]), Path(wh) / key)
+    gone = run_regressions(wh, report=False, calibration=_stricter(0.4))
+    (row,) = gone.retracted
+    assert row["change_id"] == alert["change_id"] and row["origin"] is None
+    assert row["ratio"] == pytest.approx(alert["ratio"])
