@@ -1,4 +1,5 @@
-"""The maintenance flow: compaction, then vacuum, holding the warehouse's slot (deploy/: daily)."""
+"""The maintenance flow: compaction, then vacuum, holding the warehouse's slot, then a full
+analysis (deploy/: daily)."""
 
 from __future__ import annotations
 
@@ -38,11 +39,18 @@ def maintenance_flow(
     target_rows: int | None = None,
     vacuum_retired: bool = True,
     retention_s: float | None = None,
+    analyse: bool = True,
 ) -> dict[str, Any]:
-    """Compact small files into large ones, then delete files retired past the retention.
+    """Compact small files into large ones, then delete files retired past the retention,
+    then (`analyse`) run the regressions analysis over every series.
 
     Holds the warehouse's concurrency slot like an ingest, so the two queue instead of racing
-    for the next commit (either would win correctly; the loser would redo its work).
+    for the next commit (either would win correctly; the loser would redo its work). The
+    hourly ingests analyse only the series they touched, which neither rewrites the report
+    (a view of every series) nor retracts the changes of series that no longer exist (a
+    reprocess, a catalog change): the daily full analysis does both. It runs after the slot
+    is given back: an analysis commits through the log like any writer, and holding the slot
+    for it would hold the next hourly ingest back for minutes on a large warehouse.
     """
     from prefect.artifacts import create_markdown_artifact
 
@@ -59,11 +67,23 @@ def maintenance_flow(
             out["vacuum"] = vacuum_task(url, retention_s)
             lines.append(vacuum_human(out["vacuum"]))
             logger.info("%s", lines[-1])
+    if analyse:
+        from flows.common import regressions_after_ingest
+
+        # The chained analysis's own flow and summary, over every series (no after_seq).
+        out["analysis"] = regressions_after_ingest(url)
+        found = out["analysis"]
+        lines.append(
+            f"full analysis: {found['changes']} changes, {found['alerts']} alerts "
+            f"({found['new_alerts']} new, {found.get('retracted') or 0} retracted)"
+            + (f"; report: {found['report']}" if found.get("report") else "")
+        )
+        logger.info("%s", lines[-1])
     _sync(
         create_markdown_artifact,
         key="kindex-maintenance",
         markdown=f"# kindex-etl maintenance\n\n- warehouse: `{url}`\n"
         + "".join(f"- {line.replace(chr(10), ' ')}\n" for line in lines),
-        description="kindex-etl maintenance: what compaction and vacuum did",
+        description="kindex-etl maintenance: what compaction, vacuum and the analysis did",
     )
     return out

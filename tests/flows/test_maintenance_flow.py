@@ -23,7 +23,8 @@ def test_maintenance_flow_compacts_then_vacuums(tmp_path: Path) -> None:
     assert state.is_completed()
     out = state.result()
     assert out["compact"]["commit"] == 4 and out["vacuum"]["commit"] == 5
-    assert [r.get("kind", "ingest") for r in log_records(wh)][-2:] == ["compact", "vacuum"]
+    kinds = [r.get("kind", "ingest") for r in log_records(wh)]
+    assert kinds[3:5] == ["compact", "vacuum"] and out["analysis"]["report"]
     snap = read_snapshot(wh)
     assert set(data_objects(wh)) == {k for keys in snap["tables"].values() for k in keys}
     assert view(wh, snap) == seen
@@ -46,3 +47,27 @@ def test_the_maintenance_run_says_what_it_did(tmp_path: Path, caplog) -> None:  
     assert any(m.startswith("vacuumed in commit 5: ") for m in logged), logged
     text = str(flow_run_artifacts(state)["kindex-maintenance"].data)
     assert f"`{wh}`" in text and "compacted in commit 4" in text and "vacuumed in commit 5" in text
+
+
+def test_the_daily_run_analyses_every_series(tmp_path: Path) -> None:
+    """Hourly analyses see only the series they touched: they neither rewrite the report nor
+    retract a change no analysis finds any more. The daily run does both (here: an alert a
+    looser detector once committed)."""
+    from dataclasses import replace
+
+    from flows.maintenance import maintenance_flow
+    from kindex_etl.analysis.calibration import default_calibration
+    from kindex_etl.analysis.run import run_regressions
+    from tests.analysis.helpers import build_warehouse, series_rows
+
+    small = [0.1] * 4 + [0.103] * 4  # +3 %: under the packaged minimum effect
+    wh = build_warehouse(tmp_path, [series_rows(small, spread=0.001)])
+    cal = default_calibration()
+    looser = replace(cal, settings=replace(cal.settings, min_effect=0.01, z_threshold=1.5))
+    (old,) = run_regressions(wh, report=False, calibration=looser).new
+    assert old["state"] == "alert"
+    assert not (Path(wh) / "reports" / "index.html").exists()
+    out = maintenance_flow(warehouse=wh, retention_s=0.0)
+    assert out["analysis"]["retracted"] == 1 and out["analysis"]["alerts"] == 0
+    assert out["analysis"]["report"] == str(Path(wh) / "reports" / "index.html")
+    assert (Path(wh) / "reports" / "index.html").is_file()
