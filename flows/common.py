@@ -287,9 +287,10 @@ def run_ingest(
     return summary
 
 
-def regressions_after_ingest(warehouse: str, after_seq: int | None = None) -> dict[str, Any]:
-    """Run the regressions flow as a subflow of an ingest that committed something: on the
-    series that its commits (those after `after_seq`) touched.
+def analysis_subflow(warehouse: str, after_seq: int | None = None) -> dict[str, Any]:
+    """Run the regressions flow as a subflow: of an ingest that committed something, on the
+    series that its commits (those after `after_seq`) touched; of the daily maintenance, on
+    every series (`after_seq` None). Returns what the caller's summary says of it.
 
     The ingest's cached ingestor goes first: the analysis reads the whole warehouse, and in
     the same process its peak came on top of the ingestor's caches (docs/performance.md, "The
@@ -299,9 +300,10 @@ def regressions_after_ingest(warehouse: str, after_seq: int | None = None) -> di
     from kindex_etl.ingestion.run import forget_ingestor
 
     forget_ingestor()
-    progress.stage("looking for regressions in the warehouse (the chained analysis)")
+    scope = "the chained analysis" if after_seq is not None else "every series"
+    progress.stage(f"looking for regressions in the warehouse ({scope})")
     found = regressions_flow(warehouse=warehouse, after_seq=after_seq)
-    # What the ingest's summary says of it: counts and where the report is, not the changes.
+    # Counts and where the report is, not the changes.
     keys = ("alerts", "new_alerts", "new_changes", "retracted", "commit", "report", "elapsed_s",
             "report_s", "seq")  # fmt: skip
     return {"changes": len(found["changes"]), **{k: found[k] for k in keys}}

@@ -8,7 +8,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import plan, regressions_after_ingest, run_ingest, warehouse_limit_name
+from flows.common import analysis_subflow, plan, run_ingest, warehouse_limit_name
 from kindex_etl.config import settings
 from kindex_etl.ingestion import IngestOptions
 
@@ -44,7 +44,7 @@ async def ingest_flow(
     summary["ingest_s"] = summary["elapsed_s"]
     summary["analysis"] = None  # no commit (or regressions=False): no analysis ran
     if regressions and summary["commits"]:
-        summary["analysis"] = regressions_after_ingest(url, after_seq=min(summary["commits"]) - 1)
+        summary["analysis"] = analysis_subflow(url, after_seq=min(summary["commits"]) - 1)
     # The run's whole time, the analysis included (issue 32: "took 3.64 s" for 17 s).
     summary["elapsed_s"] = time.perf_counter() - started
     return summary

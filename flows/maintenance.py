@@ -68,16 +68,11 @@ def maintenance_flow(
             lines.append(vacuum_human(out["vacuum"]))
             logger.info("%s", lines[-1])
     if analyse:
-        from flows.common import regressions_after_ingest
+        from flows.common import analysis_subflow
+        from kindex_etl.cli.findings import analysis_human
 
-        # The chained analysis's own flow and summary, over every series (no after_seq).
-        out["analysis"] = regressions_after_ingest(url)
-        found = out["analysis"]
-        lines.append(
-            f"full analysis: {found['changes']} changes, {found['alerts']} alerts "
-            f"({found['new_alerts']} new, {found.get('retracted') or 0} retracted)"
-            + (f"; report: {found['report']}" if found.get("report") else "")
-        )
+        out["analysis"] = analysis_subflow(url)
+        lines.append(f"full analysis: {analysis_human(out['analysis'])}")
         logger.info("%s", lines[-1])
     _sync(
         create_markdown_artifact,

@@ -27,8 +27,6 @@ SAME_SERIES = ["kernel", "operation_mode", "metric", "workload_digest", "protoco
 # The origin too: a contributor's row is never compared with a CI run as if one machine.
 MACHINE = ["gpu_product", "gpu_form_factor", "software_class", "origin"]
 NO_DIFFERENCE = "no difference detectable"
-# Comparisons are of upstream's timer only (release points' `timer`): pooled with our re-runs'
-# device time, one summary would average two instruments' answers.
 
 
 def _pairs(points: pd.DataFrame, side: str, a: Any, b: Any, match: Sequence[str]) -> pd.DataFrame:
@@ -102,6 +100,8 @@ def _compare(
 
 
 def _one_timer(points: pd.DataFrame) -> pd.DataFrame:
+    """Upstream's timer's points only (release points' `timer`): pooled with our re-runs'
+    device time, one summary would average two instruments' answers."""
     if points.empty or "timer" not in points:
         return points
     return points[points["timer"].fillna(TIMER) == TIMER]

@@ -34,11 +34,16 @@ _SIGN = ("metric", "direction")
 
 def step_of(row: dict[str, Any], across: bool = True) -> tuple[Any, ...]:
     fields = _MACHINE if across else _MACHINE + _SIGN
-    # Per timer as well: a re-run's device-time series are a calibration class of their own
-    # (series_class `device_time/<pass>`), and one kernel measured by both timers is two
+    # Per calibration class as well (a re-run's device time: series_class `device_time/<pass>`
+    # where upstream's timer has `<metric>/<pass>`): one kernel measured by two timers is two
     # kernels' worth of evidence for neither.
-    timer = str(row.get("series_class") or "").split("/")[0] == "device_time"
-    return (*(row.get(f) for f in fields), timer, row.get("after_commit") or row["after_release"])
+    kind = str(row.get("series_class") or "").split("/")[0]
+    own_class = None if kind == row.get("metric") else kind
+    return (
+        *(row.get(f) for f in fields),
+        own_class,
+        row.get("after_commit") or row["after_release"],
+    )
 
 
 def mark_shared_steps(rows: Sequence[dict[str, Any]], kernels: int, across: bool = True) -> None:

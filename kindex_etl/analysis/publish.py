@@ -64,6 +64,11 @@ class Scope:
         return self.since is None or version_order(known.after_release) >= version_order(self.since)
 
 
+def _seq(value: int | None) -> int:
+    """A row's warehouse_seq; a row without one (none were ever written so) comes first."""
+    return -1 if value is None else int(value)
+
+
 def known_changes(warehouse: Warehouse) -> dict[str, Known]:
     """change_id -> its latest committed row."""
     # The live files in commit order (`records` starts at the newest checkpoint, so it may
@@ -76,10 +81,9 @@ def known_changes(warehouse: Warehouse) -> dict[str, Known]:
         for cid, state, series, after, seq in zip(
             *(table.column(c).to_pylist() for c in columns), strict=True
         ):
-            seq = -1 if seq is None else int(seq)
             held = latest.get(cid)
-            if held is None or seq >= held.seq:
-                latest[cid] = Known(state, series, after, seq, f.batch, f.key)
+            if held is None or _seq(seq) >= held.seq:
+                latest[cid] = Known(state, series, after, _seq(seq), f.batch, f.key)
     return latest
 
 
@@ -120,8 +124,7 @@ def retractions(
         picked = table.filter(pc.is_in(table.column("change_id"), pa.array(sorted(wanted))))
         last: dict[str, dict[str, Any]] = {}
         for row in picked.to_pylist():
-            seq = row["warehouse_seq"]
-            if (-1 if seq is None else seq) == known[row["change_id"]].seq:
+            if _seq(row["warehouse_seq"]) == known[row["change_id"]].seq:
                 last[row["change_id"]] = row  # the current row (ties: the later)
         for row in last.values():
             rows.append({**row, "state": RETRACTED, "retracted_state": row["state"]})

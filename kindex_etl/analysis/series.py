@@ -32,6 +32,7 @@ import rfc8785
 from packaging.version import InvalidVersion, Version
 
 from ..extract.history import History, default_history
+from ..load.writers import groups_by_code
 from ..storage import NotFound, ObjectStore
 from .spill import read_ipc
 
@@ -238,12 +239,14 @@ def _split_by_group(table: pa.Table, digits: int) -> Iterator[tuple[str, pa.Tabl
     ]
     # One take into bucket order, then zero-copy slices: a take per bucket (256 of them per
     # row group) cost twice as much over 4.4M runs.
-    order = np.argsort(codes, kind="stable")
-    ordered = table.take(pa.array(order))
-    bounds = np.flatnonzero(np.diff(codes[order])) + 1
-    for start, end in zip([0, *bounds.tolist()], [*bounds.tolist(), len(order)], strict=True):
-        if start < end:
-            yield names[int(codes[order[start]])], ordered.slice(start, end - start)
+    groups = list(groups_by_code(codes))
+    if not groups:
+        return
+    ordered = table.take(pa.array(np.concatenate([rows for _, rows in groups])))
+    start = 0
+    for code, rows in groups:
+        yield names[code], ordered.slice(start, len(rows))
+        start += len(rows)
 
 
 @dataclass(frozen=True)

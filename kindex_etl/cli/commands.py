@@ -72,12 +72,9 @@ def _human_summary(s: dict[str, Any]) -> str:
             lines.append(f"  run it with: {r['howToRun']}")
     found = s.get("analysis")
     if found:
-        lines.append(
-            f"regressions: {found['changes']} changes, {found['alerts']} alerts "
-            f"({found['new_alerts']} new)"
-            + (f", {found['retracted']} retracted" if found.get("retracted") else "")
-            + (f"; report: {found['report']}" if found.get("report") else "")
-        )
+        from kindex_etl.cli.findings import analysis_human
+
+        lines.append(f"regressions: {analysis_human(found)}")
     parts = [f"{k} {s[k + '_s']:.2f} s" for k in ("ingest",) if s.get(k + "_s") is not None]
     if found:
         parts.append(f"analysis {found['elapsed_s']:.2f} s")

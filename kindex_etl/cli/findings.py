@@ -80,6 +80,15 @@ def ranked_changes(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(changes, key=lambda c: (_STATE_RANK.get(c["state"], 3), -size(c)))
 
 
+def analysis_human(found: dict[str, Any]) -> str:
+    """A chained or daily analysis's summary (`flows.common.analysis_subflow`) in one line."""
+    return (
+        f"{found['changes']} changes, {found['alerts']} alerts ({found['new_alerts']} new)"
+        + (f", {found['retracted']} retracted" if found.get("retracted") else "")
+        + (f"; report: {found['report']}" if found.get("report") else "")
+    )
+
+
 def regressions_summary(result: dict[str, Any]) -> str:
     changes = result["changes"]
     count = changes if isinstance(changes, int) else len(changes)

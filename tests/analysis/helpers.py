@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from kindex_etl.api import IngestOptions, ingest
 from tests.helpers import row, write_csv
@@ -67,3 +68,21 @@ def add_rerun(
     write_csv(upstream / "reruns/benchmark.csv", rows)
     (upstream / "reruns/environment.json").write_text(json.dumps({"software": software}))
     ingest(str(upstream), warehouse, IngestOptions(trigger=False))
+
+
+def alert_no_longer_found(tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    """A warehouse holding an alert that an older, looser detector (1 % minimum effect, z 1.5)
+    committed on a +3 % step the packaged calibration does not report: the next analysis with
+    the packaged one no longer finds it. Returns (warehouse, that alert's row)."""
+    from dataclasses import replace
+
+    from kindex_etl.analysis.calibration import default_calibration
+    from kindex_etl.analysis.run import run_regressions
+
+    small = [0.1] * 4 + [0.103] * 4  # +3 %: under the packaged minimum effect
+    wh = build_warehouse(tmp_path, [series_rows(small, spread=0.001)])
+    cal = default_calibration()
+    looser = replace(cal, settings=replace(cal.settings, min_effect=0.01, z_threshold=1.5))
+    (old,) = run_regressions(wh, report=False, calibration=looser).new
+    assert old["state"] == "alert"
+    return wh, old

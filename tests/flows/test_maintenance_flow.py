@@ -53,19 +53,10 @@ def test_the_daily_run_analyses_every_series(tmp_path: Path) -> None:
     """Hourly analyses see only the series they touched: they neither rewrite the report nor
     retract a change no analysis finds any more. The daily run does both (here: an alert a
     looser detector once committed)."""
-    from dataclasses import replace
-
     from flows.maintenance import maintenance_flow
-    from kindex_etl.analysis.calibration import default_calibration
-    from kindex_etl.analysis.run import run_regressions
-    from tests.analysis.helpers import build_warehouse, series_rows
+    from tests.analysis.helpers import alert_no_longer_found
 
-    small = [0.1] * 4 + [0.103] * 4  # +3 %: under the packaged minimum effect
-    wh = build_warehouse(tmp_path, [series_rows(small, spread=0.001)])
-    cal = default_calibration()
-    looser = replace(cal, settings=replace(cal.settings, min_effect=0.01, z_threshold=1.5))
-    (old,) = run_regressions(wh, report=False, calibration=looser).new
-    assert old["state"] == "alert"
+    wh, _ = alert_no_longer_found(tmp_path)
     assert not (Path(wh) / "reports" / "index.html").exists()
     out = maintenance_flow(warehouse=wh, retention_s=0.0)
     assert out["analysis"]["retracted"] == 1 and out["analysis"]["alerts"] == 0

@@ -72,18 +72,10 @@ def test_ingest_flow_runs_regressions_after_a_commit(tmp_path: Path, events: lis
 def test_an_alert_no_longer_found_is_retracted_by_an_event(tmp_path: Path, events: list) -> None:  # type: ignore[type-arg]
     """Whoever heard `kindex.regression.alert` hears `kindex.regression.retracted` when an
     analysis no longer finds the change (here: an alert an older, looser detector raised)."""
-    from dataclasses import replace
-
     from flows.regressions import regressions_flow
-    from kindex_etl.analysis.calibration import default_calibration
-    from kindex_etl.analysis.run import run_regressions
+    from tests.analysis.helpers import alert_no_longer_found
 
-    small = [0.1] * 4 + [0.103] * 4  # +3 %: under the packaged minimum effect
-    wh = build_warehouse(tmp_path, [series_rows(small, spread=0.001)])
-    cal = default_calibration()
-    looser = replace(cal, settings=replace(cal.settings, min_effect=0.01, z_threshold=1.5))
-    (old,) = run_regressions(wh, report=False, calibration=looser).new
-    assert old["state"] == "alert"
+    wh, old = alert_no_longer_found(tmp_path)
 
     state = regressions_flow(warehouse=wh, return_state=True)
     result = state.result()
