@@ -27,13 +27,17 @@ sys.path.insert(0, str(REPO))
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--warehouse", required=True, type=Path)
+    p.add_argument(
+        "--workers", type=int, default=None, help="analysis processes (default: one per CPU)"
+    )
     args = p.parse_args(argv)
     from kindex_etl.analysis.run import run_regressions
+    from kindex_etl.workers import worker_count
 
     with tempfile.TemporaryDirectory(prefix="kindex-bench-analysis-") as tmp:
         copy = Path(tmp) / "warehouse"
         shutil.copytree(args.warehouse, copy)
-        found = run_regressions(str(copy))
+        found = run_regressions(str(copy), workers=args.workers)
         print(
             json.dumps(
                 {
@@ -43,8 +47,13 @@ def main(argv: list[str] | None = None) -> int:
                     "alerts": len(found.alerts),
                     "analysis_seconds": found.elapsed_s,
                     "report_seconds": found.report_s,
+                    "workers": args.workers or worker_count(),
                     "peak_rss_mib": round(
                         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
+                    ),
+                    # The largest worker's (each holds a bucket or a kernel's page at a time).
+                    "peak_rss_worker_mib": round(
+                        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1
                     ),
                 }
             )

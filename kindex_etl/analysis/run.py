@@ -10,14 +10,14 @@ from typing import IO, Any, Protocol
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..extract.history import History, default_history
 from ..memory import pin_mmap_threshold, release_unused_memory, use_bulk_arrow_pool
 from ..storage import ObjectStore, open_store
-from .calibration import TIMER, Calibration, SeriesClass, default_calibration
+from ..workers import Workers
+from .buckets import BucketWork, analyse_buckets
+from .calibration import Calibration, default_calibration
 from .controls import mark_baseline_steps, mark_shared_steps
-from .detect import release_points
 from .publish import Scope
 from .schema import RETRACTED
 from .series import BUCKET_ROWS, RunSource, touched_since, version_order
@@ -45,6 +45,7 @@ class Analysis:
     elapsed_s: float = 0.0
     report_s: float = 0.0  # of elapsed_s, writing the report (issue 33's budget: a part of it)
     incremental: bool = False  # only the series recent ingests touched were analysed
+    workers: int = 1  # processes that analysed the buckets (1: this one)
     since: str | None = None
     # The series this analysis looked at: a change of theirs it no longer finds is retracted.
     analysed_series: set[str] = field(default_factory=set, repr=False, compare=False)
@@ -84,6 +85,7 @@ class Analysis:
             "elapsed_s": self.elapsed_s,
             "report_s": self.report_s,
             "incremental": self.incremental,
+            "workers": self.workers,
         }
 
     def full_changes(self, rows: list[dict[str, Any]] | None = None) -> Iterator[dict[str, Any]]:
@@ -111,6 +113,7 @@ def detect_changes(
     points: PointSink | None = None,
     history: History | None = None,
     after_seq: int | None = None,
+    workers: Workers | None = None,
 ) -> Analysis:
     """Every change in the committed runs, one bucket of whole series at a time.
 
@@ -119,9 +122,8 @@ def detect_changes(
     the log cannot say); `Analysis.incremental` says which happened. When `points` is
     given (a list, a `PointSpill`), each bucket's release points are appended to it (for the
     report and comparisons). The changes' run ids go to `Analysis.run_ids` bucket by bucket.
+    `workers`: processes to analyse the buckets in (None: this one).
     """
-    from .detect import detect
-
     started = time.perf_counter()
     cal = calibration or default_calibration()
     hist = default_history() if history is None else history
@@ -130,35 +132,22 @@ def detect_changes(
     result = Analysis(
         warehouse=store.url, seq=source.seq, incremental=only is not None, since=since
     )
-    floor = version_order(since) if since else None
-    families = source.families() if cal.classes else {}
-    for bucket in source.buckets():
-        result.runs += bucket.num_rows
-        keys = bucket.column("series_key").unique().to_pylist()
-        result.series += len(keys)
-        result.analysed_series.update(keys)
-        for part, cls in by_class(bucket, cal, families):
-            settings = cal.settings if cls is None else cls.settings
-            rows = detect(part, settings, cal.false_alarm_rate, hist)
-            if cls is not None:
-                for r in rows:
-                    r["series_class"] = f"{cls.name}/{r['operation_mode']}"
-                    r["false_alarm_rate"] = cls.false_alarm_rate
-            if floor is not None:
-                rows = [r for r in rows if version_order(r["after_release"]) >= floor]
-            result.run_ids.take(rows)
-            result.changes.extend(rows)
-            if points is not None:
-                found = release_points(part, settings)
-                if found.num_rows:
-                    # Which timer: comparisons keep to upstream's (analysis.compare).
-                    timer = TIMER if cls is None else cls.name
-                    found = found.append_column(
-                        "timer", pa.array([timer] * found.num_rows, pa.string())
-                    )
-                points.append(found)
-            del part
-        del bucket  # else it stays alive while the next one is read and sorted
+    work = BucketWork(
+        calibration=cal,
+        families=source.families() if cal.classes else {},
+        history=hist,
+        floor=version_order(since) if since else None,
+        points=points is not None,
+    )
+    for found in analyse_buckets(source, work, workers):
+        result.runs += found.runs
+        result.series += len(found.series)
+        result.analysed_series.update(found.series)
+        result.run_ids.take(found.rows)
+        result.changes.extend(found.rows)
+        if points is not None:
+            for part in found.points:
+                points.append(part)
     mark_baseline_steps(result.changes)
     mark_shared_steps(
         result.changes, cal.settings.environment_kernels, cal.settings.environment_across
@@ -166,31 +155,6 @@ def detect_changes(
     result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result
-
-
-def by_class(
-    bucket: pa.Table, cal: Calibration, families: dict[str, str]
-) -> Iterator[tuple[pa.Table, SeriesClass | None]]:
-    """The bucket's runs of upstream's timer (class None), then each calibration class's (by
-    the family of the series' protocol), each analysed with its own settings. Series never
-    span two parts (the protocol is part of the key), and a class's controls, the other
-    providers and passes measured in the same runs, are timed by the same timer."""
-    if not cal.classes or bucket.num_rows == 0:
-        yield bucket, None
-        return
-    digests = bucket.column("protocol_digest").combine_chunks().dictionary_encode()
-    names = [families.get(d, "") for d in digests.dictionary.to_pylist()]
-    classed = {c.family for c in cal.classes}
-    if not classed.intersection(names):
-        yield bucket, None  # upstream's timer only (nearly every bucket): no filter copy
-        return
-    family = pa.array(names, pa.string()).take(digests.indices)
-    rest = pc.invert(pc.is_in(family, pa.array(sorted(classed), pa.string())))
-    yield bucket.filter(rest), None
-    for cls in cal.classes:
-        part = bucket.filter(pc.equal(family, cls.family))
-        if part.num_rows:
-            yield part, cls
 
 
 def points_table(points: list[pa.Table]) -> pa.Table:
@@ -213,12 +177,15 @@ def run_regressions(
     calibration: Calibration | None = None,
     history: History | None = None,
     after_seq: int | None = None,
+    workers: int | None = None,
+    bucket_rows: int = BUCKET_ROWS,
 ) -> Analysis:
     """Detect, commit the changes that are new (or changed state), rewrite the report.
 
     `after_seq`: analyse only the series touched by ingests after that commit (an hourly
     ingest's); the report, a view of every series, is then left as the last full analysis
-    wrote it."""
+    wrote it. `workers`: processes for the buckets and the report's pages (default:
+    `workers.worker_count()`; started only where the runs are more than one bucket)."""
     from .publish import commit_changes
 
     started = time.perf_counter()
@@ -228,6 +195,7 @@ def run_regressions(
     store = open_store(warehouse_url, create=write)
     points = PointSpill() if report and write else None
     cal = calibration or default_calibration()
+    pool = Workers(workers)
     try:
         result = detect_changes(
             store,
@@ -236,7 +204,10 @@ def run_regressions(
             points=points,
             history=history,
             after_seq=after_seq,
+            workers=pool,
+            bucket_rows=bucket_rows,
         )
+        result.workers = pool.count if pool.started else 1
         if write:
             result.commit, result.new = commit_changes(
                 store,
@@ -257,10 +228,17 @@ def run_regressions(
 
             report_started = time.perf_counter()
             result.report = write_report(
-                store, points, result.changes, cal, result.seq, attach=result.run_ids.attach
+                store,
+                points,
+                result.changes,
+                cal,
+                result.seq,
+                attach=result.run_ids.attach,
+                workers=pool if pool.started else None,
             )
             result.report_s = round(time.perf_counter() - report_started, 3)
     finally:
+        pool.close()
         if points is not None:
             points.close()
     result.elapsed_s = round(time.perf_counter() - started, 3)

@@ -533,23 +533,38 @@ class RunSource:
         files = self.run_files
         if not files:
             return
-        machines = environment_classes(self.store, self.snapshot)
-        ranks = release_ranks(self.versions())
+        machines = self.machines()
+        ranks = self.ranks()
         cols = columns or RUN_COLUMNS
-        total = self._total_rows(files)
-        digits = 0
-        while total / 16**digits > self.bucket_rows and digits < 3:
-            digits += 1
+        digits = self.bucket_digits(files)
         if digits == 0:
-            parts = [t for k in files for t in self._row_groups(k, cols)]
+            parts = [t for k in files for t in self.row_groups(k, cols)]
             if not parts:
                 return
             table = pa.concat_tables(parts, promote_options="permissive")
             yield with_series(table, machines, ranks, self.history)
             return
-        yield from self._spilled(files, cols, digits, machines, ranks)
+        with tempfile.TemporaryDirectory(prefix="kindex-series-") as tmp:
+            for path in self.split(files, cols, digits, Path(tmp)):
+                # Not bound to a name here: a suspended generator would keep the bucket's
+                # unsorted runs alive beside the sorted ones while the caller analyses them.
+                yield with_series(read_ipc(path), machines, ranks, self.history)
 
-    def _row_groups(self, key: str, cols: list[str]) -> Iterator[pa.Table]:
+    def machines(self) -> dict[str, Machine]:
+        return environment_classes(self.store, self.snapshot)
+
+    def ranks(self) -> dict[str, int]:
+        return release_ranks(self.versions())
+
+    def bucket_digits(self, files: list[str]) -> int:
+        """How many hex digits of the bucket hash split the runs (0: one bucket in memory)."""
+        total = sum(self.file_rows(files))
+        digits = 0
+        while total / 16**digits > self.bucket_rows and digits < 3:
+            digits += 1
+        return digits
+
+    def row_groups(self, key: str, cols: list[str]) -> Iterator[pa.Table]:
         """A runs file's row groups; with `only`, the touched series' rows of the row groups
         whose kernel statistics can hold one (the others are not read)."""
         if self.only is None:
@@ -577,45 +592,35 @@ class RunSource:
             if pc.any(keep).as_py():
                 yield table.filter(keep)
 
-    def _total_rows(self, files: list[str]) -> int:
-        """Runs in `files`: Parquet footers locally; on a bucket, the commit records' counts
-        (one small GET per record instead of downloading every runs file twice)."""
+    def file_rows(self, files: list[str]) -> list[int]:
+        """Runs in each of `files`: Parquet footers locally; on a bucket, the commit records'
+        counts (one small GET per record instead of downloading every runs file twice)."""
         paths = [self.store.local_path(k) for k in files]
         if all(p is not None for p in paths):
-            return sum(int(pq.ParquetFile(p).metadata.num_rows) for p in paths if p)
+            return [int(pq.ParquetFile(p).metadata.num_rows) for p in paths if p]
         from ..load.warehouse import Warehouse
 
         rows = {f.key: f.rows for r in Warehouse(self.store).refresh() for f in r.files}
-        return sum(rows.get(k, 0) for k in files)
+        return [rows.get(k, 0) for k in files]
 
-    def _spilled(
-        self,
-        files: list[str],
-        cols: list[str],
-        digits: int,
-        machines: Mapping[str, Machine],
-        ranks: Mapping[str, int],
-    ) -> Iterator[pa.Table]:
-        with tempfile.TemporaryDirectory(prefix="kindex-series-") as tmp:
-            spill: _BucketFiles | None = None
-            # A row group at a time (a compacted release file holds a million runs or more),
-            # each split into its buckets by one sort, not one filter pass per bucket.
-            for key in files:
-                for table in self._row_groups(key, cols):
-                    if spill is None:
-                        spill = _BucketFiles(Path(tmp), table.schema)
-                    table = table.cast(spill.schema)
-                    # Measured once per row group: `nbytes` of a slice walks its buffers (a
-                    # tenth of a 5M-run analysis when asked of every piece).
-                    per_row = table.nbytes / max(table.num_rows, 1)
-                    for name, part in _split_by_group(table, digits):
-                        spill.add(name, part, int(part.num_rows * per_row))
-            paths = spill.close() if spill is not None else []
-            del spill
-            for path in paths:
-                # Not bound to a name here: a suspended generator would keep the bucket's
-                # unsorted runs alive beside the sorted ones while the caller analyses them.
-                yield with_series(read_ipc(path), machines, ranks, self.history)
+    def split(self, files: list[str], cols: list[str], digits: int, folder: Path) -> list[Path]:
+        """Spill the runs of `files` into one Arrow IPC file per bucket in `folder`; their
+        paths, in bucket-name order (the file's stem is the bucket's name)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        spill: _BucketFiles | None = None
+        # A row group at a time (a compacted release file holds a million runs or more),
+        # each split into its buckets by one sort, not one filter pass per bucket.
+        for key in files:
+            for table in self.row_groups(key, cols):
+                if spill is None:
+                    spill = _BucketFiles(folder, table.schema)
+                table = table.cast(spill.schema)
+                # Measured once per row group: `nbytes` of a slice walks its buffers (a
+                # tenth of a 5M-run analysis when asked of every piece).
+                per_row = table.nbytes / max(table.num_rows, 1)
+                for name, part in _split_by_group(table, digits):
+                    spill.add(name, part, int(part.num_rows * per_row))
+        return spill.close() if spill is not None else []
 
 
 SPILL_BATCH_ROWS = 16_384

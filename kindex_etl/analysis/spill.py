@@ -163,8 +163,12 @@ class PointSpill:
         return sorted(self._files)
 
     def read(self, kernel: str) -> pa.Table:
+        return read_ipc(self.path(kernel))
+
+    def path(self, kernel: str) -> Path:
+        """The kernel's points file, complete (for a reader in another process)."""
         self._finish()
-        return read_ipc(self._files[kernel])
+        return self._files[kernel]
 
     def kernel_frames(self) -> Iterator[tuple[str, pd.DataFrame]]:
         for kernel in self.kernels():

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from html import escape
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -29,9 +31,10 @@ import pyarrow.compute as pc
 from ..analysis.calibration import STEPS, Calibration
 from ..analysis.compare import compare_baseline
 from ..analysis.series import version_order
-from ..analysis.spill import PointSpill
+from ..analysis.spill import PointSpill, read_ipc
 from ..load import layout
 from ..storage import ObjectStore
+from ..workers import Workers
 from .alerts import ChangeContext, grouped_changes, is_liger
 from .assets import plotly_js, write_assets
 from .charts import kernel_page
@@ -189,11 +192,13 @@ def build_report(
     verdicts: Mapping[str, Mapping[str, Any]] | None = None,
     attach: Attach | None = None,
     plotly: str | None = None,
+    workers: Workers | None = None,
 ) -> dict[str, str]:
     """Page name -> HTML: `index.html` and `<kernel>.html` for every kernel with runs.
 
     Release points are made pandas one kernel at a time (one frame per kernel, not all).
-    `plotly`: the shared asset's name (`assets.plotly_js`).
+    `plotly`: the shared asset's name (`assets.plotly_js`). `workers`: processes that draw
+    the kernel pages of a `PointSpill`'s points (each reads its kernel's file).
     """
     plotly = plotly or plotly_js()[0]
     releases: set[str] = set()  # the changes' (what their tables sort by)
@@ -208,50 +213,110 @@ def build_report(
     matrix.add_changes(changes)
     summary: dict[str, dict[str, Any]] = {}
     pages: dict[str, str] = {}
-    for k, frame in _kernel_frames(points):
-        machine = [
-            tuple(t)
-            for t in frame[["gpu_product", "gpu_form_factor", "gpu_name"]]
-            .astype(object)
-            .itertuples(index=False, name=None)
-        ]
-        labels = {
-            m: gpu_label(dict(zip(("gpu_product", "gpu_form_factor", "gpu_name"), m, strict=True)))
-            for m in set(machine)
-        }
-        gpus = [labels[m] for m in machine]
-        frame = frame.assign(_gpu=gpus)
-        releases_of = set(zip(gpus, frame["liger_version"].astype(str), strict=True))
-        matrix.add_points(k, releases_of)
-        summary[k] = {
-            "series": int(frame["series_key"].nunique()),
-            "gpus": sorted(set(gpus)),
-            "newest": max((r for _, r in releases_of), key=version_order),
-        }
-        kernel_changes = by_kernel.get(k, [])
-        if "observed_at" in frame.columns and kernel_changes:
-            wanted = {(str(c["series_key"]), text(c.get("after_release"))) for c in kernel_changes}
-            keys = list(zip(frame["series_key"], frame["liger_version"].astype(str), strict=True))
-            hit = [key in wanted for key in keys]
-            stamps = pd.to_datetime(frame.loc[hit, "observed_at"], utc=True).dt.strftime(
-                "%Y-%m-%d %H:%M"
-            )
-            for key, when in zip((k_ for k_, h in zip(keys, hit, strict=True) if h), stamps,
-                                 strict=True):  # fmt: skip
-                if isinstance(when, str):
-                    ctx.dates[key] = when
-        speedups = compare_baseline(frame.drop(columns="_gpu"), min_effect=cal.settings.min_effect)
-        matrix.add_speedups(speedups)
-        pages[page_of(k)] = kernel_page(
-            k,
-            frame.drop(columns="_gpu"),
-            kernel_changes,
-            speedups,
-            ctx,
-            plotly=plotly,
-            min_effect=cal.settings.min_effect,
-        )
+    min_effect = cal.settings.min_effect
+    for k, part in _kernel_parts(points, by_kernel, ctx, plotly, min_effect, workers):
+        matrix.add_points(k, part.releases)
+        summary[k] = part.summary
+        ctx.dates.update(part.dates)
+        matrix.add_speedups(part.speedups)
+        pages[page_of(k)] = part.page
     return {"index.html": index_page(summary, matrix, changes, ctx, cal, seq), **pages}
+
+
+@dataclass
+class KernelPart:
+    """One kernel's page and what the index takes from it."""
+
+    page: str
+    releases: set[tuple[str, str]]  # (GPU label, release) pairs with points
+    summary: dict[str, Any]
+    dates: dict[tuple[str, str], str]  # (series, release) -> when its change's runs were
+    speedups: list[dict[str, Any]]
+
+
+def kernel_part(
+    kernel: str,
+    frame: pd.DataFrame,
+    changes: Sequence[dict[str, Any]],
+    ctx: ChangeContext,
+    *,
+    plotly: str,
+    min_effect: float,
+) -> KernelPart:
+    """A kernel's page from its release points and changes (its page reads only its own
+    changes' dates and runs from `ctx`, so a worker's copy of `ctx` draws the same page)."""
+    machine = [
+        tuple(t)
+        for t in frame[["gpu_product", "gpu_form_factor", "gpu_name"]]
+        .astype(object)
+        .itertuples(index=False, name=None)
+    ]
+    labels = {
+        m: gpu_label(dict(zip(("gpu_product", "gpu_form_factor", "gpu_name"), m, strict=True)))
+        for m in set(machine)
+    }
+    gpus = [labels[m] for m in machine]
+    releases = set(zip(gpus, frame["liger_version"].astype(str), strict=True))
+    summary = {
+        "series": int(frame["series_key"].nunique()),
+        "gpus": sorted(set(gpus)),
+        "newest": max((r for _, r in releases), key=version_order),
+    }
+    dates: dict[tuple[str, str], str] = {}
+    if "observed_at" in frame.columns and changes:
+        wanted = {(str(c["series_key"]), text(c.get("after_release"))) for c in changes}
+        keys = list(zip(frame["series_key"], frame["liger_version"].astype(str), strict=True))
+        hit = [key in wanted for key in keys]
+        stamps = pd.to_datetime(frame.loc[hit, "observed_at"], utc=True).dt.strftime(
+            "%Y-%m-%d %H:%M"
+        )
+        for key, when in zip((k_ for k_, h in zip(keys, hit, strict=True) if h), stamps,
+                             strict=True):  # fmt: skip
+            if isinstance(when, str):
+                dates[key] = when
+    ctx.dates.update(dates)
+    speedups = compare_baseline(frame, min_effect=min_effect)
+    page_html = kernel_page(
+        kernel, frame, changes, speedups, ctx, plotly=plotly, min_effect=min_effect
+    )
+    return KernelPart(page_html, releases, summary, dates, speedups)
+
+
+def _kernel_parts(
+    points: pd.DataFrame | pa.Table | PointSpill,
+    by_kernel: Mapping[str, list[dict[str, Any]]],
+    ctx: ChangeContext,
+    plotly: str,
+    min_effect: float,
+    workers: Workers | None,
+) -> Iterator[tuple[str, KernelPart]]:
+    """Each kernel's part, by kernel name: drawn here, or by `workers` from the spill."""
+    if workers is None or not workers.parallel or not isinstance(points, PointSpill):
+        for k, frame in _kernel_frames(points):
+            changes = by_kernel.get(k, [])
+            yield k, kernel_part(k, frame, changes, ctx, plotly=plotly, min_effect=min_effect)
+        return
+    jobs = []
+    for k in points.kernels():
+        changes = by_kernel.get(k, [])
+        ids = {c["change_id"] for c in changes}
+        own = replace(ctx, dates={}, runs={i: r for i, r in ctx.runs.items() if i in ids})
+        path = str(points.path(k))
+        jobs.append((k, workers.submit(_kernel_task, k, path, changes, own, plotly, min_effect)))
+    for k, job in jobs:
+        yield k, job.result()
+
+
+def _kernel_task(
+    kernel: str,
+    path: str,
+    changes: list[dict[str, Any]],
+    ctx: ChangeContext,
+    plotly: str,
+    min_effect: float,
+) -> KernelPart:
+    frame = read_ipc(Path(path)).to_pandas()
+    return kernel_part(kernel, frame, changes, ctx, plotly=plotly, min_effect=min_effect)
 
 
 def _kernel_frames(
@@ -281,12 +346,20 @@ def write_report(
     seq: int | None = None,
     *,
     attach: Attach | None = None,
+    workers: Workers | None = None,
 ) -> str:
     """Write the pages and the shared script under `reports/`, with the verdicts recorded in
     the warehouse; returns where index.html is (a path or URL)."""
     plotly = write_assets(store, PREFIX)
     pages = build_report(
-        frame, changes, cal, seq, verdicts=read_verdicts(store), attach=attach, plotly=plotly
+        frame,
+        changes,
+        cal,
+        seq,
+        verdicts=read_verdicts(store),
+        attach=attach,
+        plotly=plotly,
+        workers=workers,
     )
     for name, html in pages.items():
         store.put_bytes(PREFIX + name, html.encode("utf-8"))

@@ -1,0 +1,179 @@
+"""One bucket of whole series analysed, and the buckets spread over worker processes.
+
+A bucket's analysis (series keys and points, the detector, its release points) needs nothing
+from another bucket's: series never span buckets, and the controls that look across series
+(`controls.mark_baseline_steps`, `mark_shared_steps`) run over every bucket's changes after.
+With several `Workers`, each splits its share of the runs files into buckets (into its own
+folder), then buckets are analysed one per task; the parent takes each bucket's changes and
+points back in bucket order, so the result is the one a single process gets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..extract.history import History
+from ..storage import open_store
+from ..workers import Workers, shared
+from .calibration import TIMER, Calibration, SeriesClass
+from .detect import detect, release_points
+from .series import RUN_COLUMNS, Machine, RunSource, Touched, version_order, with_series
+from .spill import read_ipc
+
+
+@dataclass(frozen=True)
+class BucketWork:
+    """What every bucket's analysis is given (sent to each worker once)."""
+
+    calibration: Calibration
+    families: Mapping[str, str]  # protocol digest -> family: which calibration class
+    history: History
+    floor: tuple[int, Any] | None = None  # `since` as `version_order`
+    points: bool = False  # release points wanted (the report)
+
+
+@dataclass
+class Findings:
+    """One bucket's: its runs and series, its changes (rows with their run ids) and points."""
+
+    runs: int = 0
+    series: list[str] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    points: list[pa.Table] = field(default_factory=list)
+
+
+def analyse_bucket(bucket: pa.Table, work: BucketWork) -> Findings:
+    """The changes (and release points) of one bucket of whole series (`with_series`'s)."""
+    cal = work.calibration
+    found = Findings(runs=bucket.num_rows)
+    found.series = bucket.column("series_key").unique().to_pylist()
+    for part, cls in by_class(bucket, cal, work.families):
+        settings = cal.settings if cls is None else cls.settings
+        rows = detect(part, settings, cal.false_alarm_rate, work.history)
+        if cls is not None:
+            for r in rows:
+                r["series_class"] = f"{cls.name}/{r['operation_mode']}"
+                r["false_alarm_rate"] = cls.false_alarm_rate
+        if work.floor is not None:
+            rows = [r for r in rows if version_order(r["after_release"]) >= work.floor]
+        found.rows.extend(rows)
+        if work.points:
+            points = release_points(part, settings)
+            if points.num_rows:
+                # Which timer: comparisons keep to upstream's (analysis.compare).
+                timer = TIMER if cls is None else cls.name
+                points = points.append_column(
+                    "timer", pa.array([timer] * points.num_rows, pa.string())
+                )
+                found.points.append(points)
+        del part
+    return found
+
+
+def by_class(
+    bucket: pa.Table, cal: Calibration, families: Mapping[str, str]
+) -> Iterator[tuple[pa.Table, SeriesClass | None]]:
+    """The bucket's runs of upstream's timer (class None), then each calibration class's (by
+    the family of the series' protocol), each analysed with its own settings. Series never
+    span two parts (the protocol is part of the key), and a class's controls, the other
+    providers and passes measured in the same runs, are timed by the same timer."""
+    if not cal.classes or bucket.num_rows == 0:
+        yield bucket, None
+        return
+    digests = bucket.column("protocol_digest").combine_chunks().dictionary_encode()
+    names = [families.get(d, "") for d in digests.dictionary.to_pylist()]
+    classed = {c.family for c in cal.classes}
+    if not classed.intersection(names):
+        yield bucket, None  # upstream's timer only (nearly every bucket): no filter copy
+        return
+    family = pa.array(names, pa.string()).take(digests.indices)
+    rest = pc.invert(pc.is_in(family, pa.array(sorted(classed), pa.string())))
+    yield bucket.filter(rest), None
+    for cls in cal.classes:
+        part = bucket.filter(pc.equal(family, cls.family))
+        if part.num_rows:
+            yield part, cls
+
+
+def analyse_buckets(
+    source: RunSource, work: BucketWork, workers: Workers | None = None
+) -> Iterator[Findings]:
+    """Each bucket's findings, in bucket order: in this process where the runs are one
+    bucket or `workers` is one process (or None), else over `workers`."""
+    files = source.run_files
+    digits = source.bucket_digits(files) if files else 0
+    if workers is None or not workers.parallel or digits == 0:
+        for bucket in source.buckets():
+            yield analyse_bucket(bucket, work)
+            del bucket  # else it stays alive while the next one is read and sorted
+        return
+    state = workers.share(
+        _State(source.store.url, source.snapshot, source.only, source.machines(),
+               source.ranks(), work)
+    )  # fmt: skip
+    folder = workers.folder() / "series"
+    shares = _shares(files, source.file_rows(files), workers.count)
+    split = [
+        workers.submit(_split_share, state, share, digits, str(folder / f"w{i}"))
+        for i, share in enumerate(shares)
+    ]
+    pieces: dict[str, list[str]] = {}
+    for share in split:
+        for path in share.result():
+            pieces.setdefault(Path(path).stem, []).append(path)
+    # Submitted all at once (every worker stays busy), taken back in bucket order: what waits
+    # is a bucket's changes and points, not its runs.
+    jobs = [workers.submit(_analyse_pieces, state, pieces[name]) for name in sorted(pieces)]
+    for job in jobs:
+        yield job.result()
+
+
+@dataclass(frozen=True)
+class _State:
+    """What a worker needs of the analysis (written once, `Workers.share`)."""
+
+    url: str
+    snapshot: dict[str, Any]
+    only: Touched | None
+    machines: Mapping[str, Machine]
+    ranks: Mapping[str, int]
+    work: BucketWork
+
+    def source(self) -> RunSource:
+        return RunSource(open_store(self.url), self.snapshot, history=self.work.history,
+                         only=self.only)  # fmt: skip
+
+
+def _split_share(state: str, files: list[str], digits: int, folder: str) -> list[str]:
+    source = shared(state).source()
+    return [str(p) for p in source.split(files, RUN_COLUMNS, digits, Path(folder))]
+
+
+def _analyse_pieces(state: str, pieces: list[str]) -> Findings:
+    """One bucket, from the pieces each worker's split wrote of it (removed once read)."""
+    s: _State = shared(state)
+    tables = [read_ipc(Path(p)) for p in pieces]
+    runs = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    bucket = with_series(runs, s.machines, s.ranks, s.work.history)
+    del runs, tables
+    for p in pieces:
+        Path(p).unlink(missing_ok=True)
+    return analyse_bucket(bucket, s.work)
+
+
+def _shares(files: list[str], rows: list[int], count: int) -> list[list[str]]:
+    """`files` dealt to `count` workers, largest first to the least loaded (files stay whole:
+    on a bucket each is fetched by one worker)."""
+    shares: list[list[str]] = [[] for _ in range(count)]
+    load = [0] * count
+    for key, n in sorted(zip(files, rows, strict=True), key=lambda f: (-f[1], f[0])):
+        i = load.index(min(load))
+        shares[i].append(key)
+        load[i] += n
+    return [s for s in shares if s]

@@ -1,0 +1,118 @@
+"""The analysis over worker processes: the same changes, rows and pages as one process."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+
+from kindex_etl.analysis.run import detect_changes, run_regressions
+from kindex_etl.api import IngestOptions, ingest
+from kindex_etl.storage import open_store
+from kindex_etl.workers import Workers, shared, worker_count
+from tests.analysis.helpers import build_warehouse, series_rows
+from tests.helpers import write_csv
+
+STEP = [0.1, 0.1, 0.1, 0.1, 0.13, 0.13, 0.13, 0.13]
+SLOW_AT_6 = [0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.14, 0.14]
+FLAT = [0.1] * 8
+WORKERS_ENV = "KINDEX_ANALYSIS_WORKERS"
+
+
+def _regressions(wh: str) -> list[dict[str, object]]:
+    snap = json.loads((Path(wh) / "_kindex/snapshot.json").read_text())
+    table = ds.dataset([f"{wh}/{k}" for k in snap["tables"]["regressions"]]).to_table()
+    return sorted(table.to_pylist(), key=lambda r: str(r["change_id"]))
+
+
+def _pages(wh: str) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted((Path(wh) / "reports").iterdir())}
+
+
+def test_worker_processes_find_commit_and_draw_what_one_process_does(tmp_path: Path) -> None:
+    groups = [
+        series_rows(STEP),
+        series_rows(SLOW_AT_6, x="4096"),
+        series_rows(FLAT, x="8192"),
+        series_rows(STEP, kernel="rms_norm"),
+        series_rows(STEP, provider="huggingface"),
+        series_rows(SLOW_AT_6, kernel="swiglu", metric="memory"),
+        series_rows(FLAT, kernel="geglu", gpu="NVIDIA A100-SXM4-80GB"),
+    ]
+    one = build_warehouse(tmp_path, groups)
+    two = str(tmp_path / "copy")
+    shutil.copytree(one, two)
+
+    # 56 runs in buckets of at most 8: several buckets, so the processes get work.
+    alone = run_regressions(one, workers=1, bucket_rows=8)
+    spread = run_regressions(two, workers=2, bucket_rows=8)
+
+    assert (alone.workers, spread.workers) == (1, 2)
+    assert alone.runs == spread.runs == 56
+    assert alone.series == spread.series
+    assert alone.analysed_series == spread.analysed_series
+    assert len(alone.alerts) >= 3  # the steps are found: there is something to compare
+    assert list(alone.full_changes()) == list(spread.full_changes())
+    assert alone.new == spread.new
+    assert _regressions(one) == _regressions(two)
+    pages = _pages(one)
+    assert {"index.html", "rms_norm.html", "swiglu.html"} <= set(pages)
+    assert pages == _pages(two)
+
+
+def test_a_warehouse_of_one_bucket_starts_no_process(tmp_path: Path) -> None:
+    wh = build_warehouse(tmp_path, [series_rows(STEP)])
+    result = run_regressions(wh, workers=4)
+    assert result.workers == 1
+    assert len(result.alerts) == 1
+
+
+def test_worker_count_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(WORKERS_ENV, "3")
+    assert worker_count() == 3 == Workers().count
+    monkeypatch.setenv(WORKERS_ENV, "1")
+    assert worker_count() == 1
+    assert not Workers().parallel
+    monkeypatch.setenv(WORKERS_ENV, "0")  # the default: one per CPU, at most 8
+    assert worker_count() == min(len(os.sched_getaffinity(0)), 8)
+    monkeypatch.delenv(WORKERS_ENV)
+    assert worker_count() == min(len(os.sched_getaffinity(0)), 8)
+
+
+def test_shared_state_is_read_back_and_its_folder_removed() -> None:
+    pool = Workers(2)
+    first = pool.share({"runs": [1, 2, 3]})
+    second = pool.share(("another", None))
+    assert first != second
+    assert shared(first) == {"runs": [1, 2, 3]}
+    assert shared(second) == ("another", None)
+    folder = pool.folder()
+    assert not pool.started  # sharing starts no process
+    pool.close()
+    assert not folder.exists()
+
+
+def test_workers_read_a_bucket_through_the_environment_as_the_parent_does(
+    tmp_path: Path, make_bucket: Callable[[], str]
+) -> None:
+    # Spawned workers share nothing but the environment: they open the S3 store from the
+    # warehouse URL and the standard AWS chain (here pointing at moto's server on loopback).
+    bucket = make_bucket()
+    up = tmp_path / "up"
+    write_csv(up / "a.csv", series_rows(STEP))
+    write_csv(up / "b.csv", series_rows(SLOW_AT_6, x="4096"))
+    write_csv(up / "c.csv", series_rows(STEP, kernel="rms_norm"))
+    url = f"s3://{bucket}/wh"
+    ingest(str(up), url, IngestOptions(trigger=False))
+    store = open_store(url)
+    alone = detect_changes(store, bucket_rows=4)
+    with Workers(2) as pool:
+        spread = detect_changes(store, bucket_rows=4, workers=pool)
+        assert pool.started
+    assert len(alone.changes) == 3
+    assert list(spread.full_changes()) == list(alone.full_changes())
