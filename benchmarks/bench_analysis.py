@@ -32,7 +32,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     from kindex_etl.analysis.run import run_regressions
-    from kindex_etl.workers import worker_count
 
     with tempfile.TemporaryDirectory(prefix="kindex-bench-analysis-") as tmp:
         copy = Path(tmp) / "warehouse"
@@ -47,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
                     "alerts": len(found.alerts),
                     "analysis_seconds": found.elapsed_s,
                     "report_seconds": found.report_s,
-                    "workers": args.workers or worker_count(),
+                    "workers": found.workers,
                     "peak_rss_mib": round(
                         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1
                     ),

@@ -22,9 +22,10 @@
                              committed (default 3): more keeps workers busy, each costs memory
     KINDEX_ANALYSIS_WORKERS  processes an analysis spreads its buckets and report pages over
                              (0, the default: one per CPU it may run on, at most 8; 1: none
-                             but the calling one). Started only for more than one bucket
-                             (100,000 runs); each holds a bucket or a kernel's page (~0.5 GiB
-                             at 5M runs). 5M realistic runs on 2 CPUs: 47 s at 1, 26 s at 2
+                             but the calling one). Started only by a full analysis of more
+                             than one bucket (100,000 runs); each holds a bucket or a
+                             kernel's page (~0.5 GiB at 5M runs). 5M realistic runs on 2
+                             CPUs: 47 s at 1, 26 s at 2
     KINDEX_STATE_DIR         the project's state on this machine: the local Prefect server's
                              home and port ($XDG_STATE_HOME/kindex-etl, ~/.local/state/kindex-etl)
     KINDEX_LOCAL_SERVER      1 (default): without a configured PREFECT_API_URL, commands share

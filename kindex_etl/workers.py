@@ -31,14 +31,30 @@ T = TypeVar("T")
 
 
 def worker_count() -> int:
-    """`KINDEX_ANALYSIS_WORKERS` where set (> 0), else the CPUs this process may run on (at
-    most 8: past that the parent's own share, the commit and the index page, is the bound)."""
+    """`KINDEX_ANALYSIS_WORKERS` where set (> 0), else the CPUs this process may use (at most
+    8: past that the parent's own share, the commit and the index page, is the bound)."""
     from .config import settings
 
     configured = settings().analysis_workers
     if configured:
         return configured
-    return max(1, min(len(os.sched_getaffinity(0)), 8))
+    return max(1, min(available_cpus(), 8))
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: its affinity (where the OS has one), within its cgroup's
+    CPU quota (a container limited to 2 CPUs on a 64-CPU host gets 2 workers, not 8)."""
+    try:
+        count = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no affinity call
+        count = os.cpu_count() or 1
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if quota != "max":
+            count = min(count, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota here
+    return count
 
 
 class Workers:

@@ -10,6 +10,7 @@ points back in bucket order, so the result is the one a single process gets.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,11 +105,13 @@ def by_class(
 def analyse_buckets(
     source: RunSource, work: BucketWork, workers: Workers | None = None
 ) -> Iterator[Findings]:
-    """Each bucket's findings, in bucket order: in this process where the runs are one
-    bucket or `workers` is one process (or None), else over `workers`."""
+    """Each bucket's findings, in bucket order: over `workers` for a full analysis of more
+    than one bucket, else in this process. An hourly analysis (`source.only`) reads the few
+    row groups its ingest touched: starting processes (~1 s) would cost more than they save."""
     files = source.run_files
-    digits = source.bucket_digits(files) if files else 0
-    if workers is None or not workers.parallel or digits == 0:
+    rows = source.file_rows(files) if files else []
+    digits = source.bucket_digits(files, rows) if files else 0
+    if workers is None or not workers.parallel or digits == 0 or source.only is not None:
         for bucket in source.buckets():
             yield analyse_bucket(bucket, work)
             del bucket  # else it stays alive while the next one is read and sorted
@@ -118,7 +121,7 @@ def analyse_buckets(
                source.ranks(), work)
     )  # fmt: skip
     folder = workers.folder() / "series"
-    shares = _shares(files, source.file_rows(files), workers.count)
+    shares = _shares(files, rows, workers.count)
     split = [
         workers.submit(_split_share, state, share, digits, str(folder / f"w{i}"))
         for i, share in enumerate(shares)
@@ -129,9 +132,11 @@ def analyse_buckets(
             pieces.setdefault(Path(path).stem, []).append(path)
     # Submitted all at once (every worker stays busy), taken back in bucket order: what waits
     # is a bucket's changes and points, not its runs.
-    jobs = [workers.submit(_analyse_pieces, state, pieces[name]) for name in sorted(pieces)]
-    for job in jobs:
-        yield job.result()
+    # A future keeps its result: each is dropped once taken, or every bucket's points would
+    # stay in memory until the last (the point spill holds them on disk).
+    jobs = deque(workers.submit(_analyse_pieces, state, pieces[name]) for name in sorted(pieces))
+    while jobs:
+        yield jobs.popleft().result()
 
 
 @dataclass(frozen=True)
@@ -159,7 +164,8 @@ def _analyse_pieces(state: str, pieces: list[str]) -> Findings:
     """One bucket, from the pieces each worker's split wrote of it (removed once read)."""
     s: _State = shared(state)
     tables = [read_ipc(Path(p)) for p in pieces]
-    runs = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
+    # Each worker's spill has its first file's schema; one process casts all to one.
+    runs = pa.concat_tables([t.cast(tables[0].schema) for t in tables])
     bucket = with_series(runs, s.machines, s.ranks, s.work.history)
     del runs, tables
     for p in pieces:

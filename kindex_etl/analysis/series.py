@@ -366,9 +366,16 @@ def with_series(
             runs.column("series_key"), pc.fill_null(runs.column("harness_rev"), ""), "|"
         ),
     )
-    return runs.sort_by(
-        [("series_key", "ascending"), ("release_rank", "ascending"), ("observed_at", "ascending")]
-    )
+    # The run id last: runs measured at the same time keep one order whichever file (or
+    # worker's spill) they came from.
+    order = [
+        ("series_key", "ascending"),
+        ("release_rank", "ascending"),
+        ("observed_at", "ascending"),
+    ]
+    if "external_id" in runs.column_names:
+        order.append(("external_id", "ascending"))
+    return runs.sort_by(order)
 
 
 def points(runs: pa.Table, ranks: Mapping[str, int], history: History) -> pa.Table:
@@ -556,9 +563,10 @@ class RunSource:
     def ranks(self) -> dict[str, int]:
         return release_ranks(self.versions())
 
-    def bucket_digits(self, files: list[str]) -> int:
-        """How many hex digits of the bucket hash split the runs (0: one bucket in memory)."""
-        total = sum(self.file_rows(files))
+    def bucket_digits(self, files: list[str], rows: list[int] | None = None) -> int:
+        """How many hex digits of the bucket hash split the runs (0: one bucket in memory);
+        `rows`: `file_rows(files)` where the caller has them."""
+        total = sum(self.file_rows(files) if rows is None else rows)
         digits = 0
         while total / 16**digits > self.bucket_rows and digits < 3:
             digits += 1
@@ -593,15 +601,19 @@ class RunSource:
                 yield table.filter(keep)
 
     def file_rows(self, files: list[str]) -> list[int]:
-        """Runs in each of `files`: Parquet footers locally; on a bucket, the commit records'
-        counts (one small GET per record instead of downloading every runs file twice)."""
+        """Runs in each of `files`: Parquet footers locally; on a bucket, the folded log's
+        counts (its checkpoint and the records since: not every runs file downloaded twice).
+        The records alone would not do: files committed before a checkpoint counted 0, and
+        a checkpointed warehouse was read as one bucket."""
         paths = [self.store.local_path(k) for k in files]
         if all(p is not None for p in paths):
             return [int(pq.ParquetFile(p).metadata.num_rows) for p in paths if p]
         from ..load.warehouse import Warehouse
 
-        rows = {f.key: f.rows for r in Warehouse(self.store).refresh() for f in r.files}
-        return [rows.get(k, 0) for k in files]
+        wh = Warehouse(self.store)
+        wh.refresh()
+        live = wh.state.tables.get(RUNS, {})
+        return [live[k].rows if k in live else 0 for k in files]
 
     def split(self, files: list[str], cols: list[str], digits: int, folder: Path) -> list[Path]:
         """Spill the runs of `files` into one Arrow IPC file per bucket in `folder`; their

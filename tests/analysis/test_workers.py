@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 from kindex_etl.analysis.run import detect_changes, run_regressions
 from kindex_etl.api import IngestOptions, ingest
 from kindex_etl.storage import open_store
-from kindex_etl.workers import Workers, shared, worker_count
+from kindex_etl.workers import Workers, available_cpus, shared, worker_count
 from tests.analysis.helpers import build_warehouse, series_rows
 from tests.helpers import write_csv
 
@@ -64,6 +63,15 @@ def test_worker_processes_find_commit_and_draw_what_one_process_does(tmp_path: P
     assert {"index.html", "rms_norm.html", "swiglu.html"} <= set(pages)
     assert pages == _pages(two)
 
+    # An hourly analysis reads only what its ingest touched: in this process.
+    seq = spread.commit
+    assert seq is not None
+    write_csv(tmp_path / "later" / "d.csv", series_rows(STEP, kernel="geglu", x="1024"))
+    ingest(str(tmp_path / "later"), two, IngestOptions(trigger=False))
+    hourly = run_regressions(two, workers=2, bucket_rows=8, after_seq=seq)
+    assert hourly.incremental and hourly.workers == 1
+    assert hourly.runs == 8 and len(hourly.new_alerts) == 1
+
 
 def test_a_warehouse_of_one_bucket_starts_no_process(tmp_path: Path) -> None:
     wh = build_warehouse(tmp_path, [series_rows(STEP)])
@@ -79,9 +87,9 @@ def test_worker_count_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch
     assert worker_count() == 1
     assert not Workers().parallel
     monkeypatch.setenv(WORKERS_ENV, "0")  # the default: one per CPU, at most 8
-    assert worker_count() == min(len(os.sched_getaffinity(0)), 8)
+    assert worker_count() == min(available_cpus(), 8)
     monkeypatch.delenv(WORKERS_ENV)
-    assert worker_count() == min(len(os.sched_getaffinity(0)), 8)
+    assert worker_count() == min(available_cpus(), 8)
 
 
 def test_shared_state_is_read_back_and_its_folder_removed() -> None:
@@ -116,3 +124,52 @@ def test_workers_read_a_bucket_through_the_environment_as_the_parent_does(
         assert pool.started
     assert len(alone.changes) == 3
     assert list(spread.full_changes()) == list(alone.full_changes())
+
+
+def test_run_counts_on_a_bucket_come_from_the_checkpoint_too(
+    tmp_path: Path, make_bucket: Callable[[], str]
+) -> None:
+    # On S3 the counts come from the log, not the files: files committed before a checkpoint
+    # counted 0 once the records behind it were gone, and the warehouse was one bucket.
+    from kindex_etl.analysis.series import RunSource
+    from kindex_etl.load.warehouse import Warehouse
+
+    bucket = make_bucket()
+    up = tmp_path / "up"
+    write_csv(up / "a.csv", series_rows(STEP))
+    url = f"s3://{bucket}/wh"
+    ingest(str(up), url, IngestOptions(trigger=False))
+    write_csv(up / "b.csv", series_rows(STEP, kernel="rms_norm"))
+    ingest(str(up), url, IngestOptions(trigger=False))
+    store = open_store(url)
+    wh = Warehouse(store)
+    wh.refresh()
+    assert wh.maybe_checkpoint(interval=1) is not None
+    source = RunSource.open(store, bucket_rows=4)
+    assert source.store.local_path(source.run_files[0]) is None  # counted from the log
+    assert sum(source.file_rows(source.run_files)) == 16
+    assert source.bucket_digits(source.run_files) == 1
+
+
+def test_a_bucket_taken_back_is_not_held_until_the_last(tmp_path: Path) -> None:
+    import gc
+    import weakref
+
+    from kindex_etl.analysis.buckets import BucketWork, analyse_buckets
+    from kindex_etl.analysis.calibration import default_calibration
+    from kindex_etl.analysis.series import RunSource
+    from kindex_etl.extract.history import default_history
+
+    wh = build_warehouse(
+        tmp_path, [series_rows(STEP, kernel=k) for k in ("rms_norm", "swiglu", "geglu", "x")]
+    )
+    work = BucketWork(default_calibration(), {}, default_history(), points=True)
+    taken: list[weakref.ref[object]] = []
+    with Workers(2) as pool:
+        for found in analyse_buckets(RunSource.open(open_store(wh), bucket_rows=8), work, pool):
+            assert found.runs
+            taken.append(weakref.ref(found))
+            del found
+            gc.collect()
+            assert all(ref() is None for ref in taken)  # the future let go of its result
+        assert pool.started and len(taken) > 1
