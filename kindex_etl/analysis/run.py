@@ -15,6 +15,7 @@ from ..extract.history import History, default_history
 from ..memory import pin_mmap_threshold, release_unused_memory, use_bulk_arrow_pool
 from ..storage import ObjectStore, open_store
 from ..workers import Workers
+from .analysed import analysed_through, record_analysed
 from .buckets import BucketWork, analyse_buckets
 from .calibration import Calibration, default_calibration
 from .controls import mark_baseline_steps, mark_shared_steps
@@ -183,9 +184,11 @@ def run_regressions(
     """Detect, commit the changes that are new (or changed state), rewrite the report.
 
     `after_seq`: analyse only the series touched by ingests after that commit (an hourly
-    ingest's); the report, a view of every series, is then left as the last full analysis
-    wrote it. `workers`: processes for the buckets and the report's pages (default:
-    `workers.worker_count()`; started only where the runs are more than one bucket)."""
+    ingest's), or after the last commit an analysis looked through where that is earlier
+    (`analysed`: an ingest whose analysis died is not left to the daily one); the report, a
+    view of every series, is then left as the last full analysis wrote it. `workers`:
+    processes for the buckets and the report's pages (default: `workers.worker_count()`;
+    started only by a full analysis of more than one bucket)."""
     from .publish import commit_changes
 
     started = time.perf_counter()
@@ -195,6 +198,9 @@ def run_regressions(
     store = open_store(warehouse_url, create=write)
     points = PointSpill() if report and write else None
     cal = calibration or default_calibration()
+    through = analysed_through(store)
+    if after_seq is not None and through is not None:
+        after_seq = min(after_seq, through)  # and what an earlier one never looked at
     pool = Workers(workers)
     try:
         result = detect_changes(
@@ -237,6 +243,12 @@ def run_regressions(
                 workers=pool if pool.started else None,
             )
             result.report_s = round(time.perf_counter() - report_started, 3)
+        if write and since is None and (through is not None or not result.incremental):
+            # After the commit and the report: a crash before it only makes the next look
+            # at more. A `since` analysis left out what is below its floor, and an
+            # incremental one with no record to start from does not know what was looked at
+            # before its ingest: they say nothing.
+            record_analysed(store, result.seq)
     finally:
         pool.close()
         if points is not None:

@@ -18,6 +18,8 @@ _kindex/checkpoints/<seq>.runs.parquet                      every run's key at <
 _kindex/last_checkpoint.json                                the newest checkpoint's seq (a hint)
 _kindex/staging/<batch>/...                                 data not yet committed
 _kindex/reruns/<version>.json                               GPU re-run requests
+_kindex/analysed.json                                       the commit the analyses looked
+    through (a hint: kindex_etl.analysis.analysed)
 """
 
 from __future__ import annotations

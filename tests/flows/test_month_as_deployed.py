@@ -103,9 +103,9 @@ def _what_happened(month: Month) -> None:
         )
     analysed = [s.result["analysis"] for s in hours if s.result["analysis"]]
     daily = [s.result["analysis"] for s in month.steps if s.what.endswith(": maintenance")]
-    # The two stepped series, each announced once: by an hourly analysis, or by the daily
-    # full one where the hour's analysis never ran (its ingest was the one killed after its
-    # commit, and the next hour's analyses only what the next hour committed).
+    # The two stepped series, each announced once: by an hourly analysis (the one after an
+    # ingest killed after its commit starts from the last commit an analysis looked through),
+    # or by the daily full one.
     assert sum(a["new_alerts"] for a in analysed + daily) == 2
     assert daily[-1]["alerts"] == 2 and daily[-1]["report"]
     assert steps["replay after the catalog fix"].result["runs_written"] == 1
