@@ -184,6 +184,7 @@ def kindex_ingest(
             analysis_report_seconds=float(analysis.get("report_s") or 0.0),
             changes=analysis.get("changes", 0),
             alerts=analysis.get("alerts", 0),
+            analysis_workers=analysis.get("workers", 1),
         )
     return result
 
