@@ -64,6 +64,7 @@ class Workers:
         self.count = worker_count() if count is None else max(1, count)
         self._pool: ProcessPoolExecutor | None = None
         self._folder: tempfile.TemporaryDirectory[str] | None = None
+        self._shared = 0  # states written: each `share` gets a file of its own
 
     @property
     def parallel(self) -> bool:
@@ -77,7 +78,7 @@ class Workers:
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                self.count, mp_context=get_context("spawn"), initializer=_quiet_start
+                self.count, mp_context=get_context("spawn"), initializer=_start_worker
             )
         return self._pool.submit(fn, *args, **kwargs)
 
@@ -89,7 +90,8 @@ class Workers:
 
     def share(self, state: Any) -> str:
         """Write `state` for the workers; the handle `shared` loads it by."""
-        path = self.folder() / f"state-{len(list(self.folder().glob('state-*')))}.pickle"
+        path = self.folder() / f"state-{self._shared}.pickle"
+        self._shared += 1
         with open(path, "wb") as fh:
             pickle.dump(state, fh, protocol=pickle.HIGHEST_PROTOCOL)
         return str(path)
@@ -122,7 +124,8 @@ def shared(handle: str) -> Any:
         return pickle.load(fh)  # noqa: S301 (the parent's own file: see above)
 
 
-def _quiet_start() -> None:
+def _start_worker() -> None:
+    """Each worker's allocators as an analysis process's (`run_regressions` sets its own)."""
     from .memory import pin_mmap_threshold, use_bulk_arrow_pool
 
     pin_mmap_threshold()

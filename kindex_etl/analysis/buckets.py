@@ -110,9 +110,9 @@ def analyse_buckets(
     row groups its ingest touched: starting processes (~1 s) would cost more than they save."""
     files = source.run_files
     rows = source.file_rows(files) if files else []
-    digits = source.bucket_digits(files, rows) if files else 0
+    digits = source.bucket_digits(rows)
     if workers is None or not workers.parallel or digits == 0 or source.only is not None:
-        for bucket in source.buckets():
+        for bucket in source.buckets(digits=digits):
             yield analyse_bucket(bucket, work)
             del bucket  # else it stays alive while the next one is read and sorted
         return
@@ -131,9 +131,8 @@ def analyse_buckets(
         for path in share.result():
             pieces.setdefault(Path(path).stem, []).append(path)
     # Submitted all at once (every worker stays busy), taken back in bucket order: what waits
-    # is a bucket's changes and points, not its runs.
-    # A future keeps its result: each is dropped once taken, or every bucket's points would
-    # stay in memory until the last (the point spill holds them on disk).
+    # is a bucket's changes and points, not its runs. A future keeps its result: each is
+    # dropped once taken, or every bucket's points would stay in memory until the last.
     jobs = deque(workers.submit(_analyse_pieces, state, pieces[name]) for name in sorted(pieces))
     while jobs:
         yield jobs.popleft().result()

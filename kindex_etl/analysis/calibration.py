@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ..contracts.upstream import POINT_COLUMNS
 from ..storage import ObjectStore, open_store
 from .detect import DETERMINISTIC_METRICS, SERIES_META, DetectorSettings, detect
 from .noise import NoiseModel, fit, within_sigma
@@ -47,17 +48,7 @@ from .series import RunSource
 TIMER = "upstream"
 
 STEPS = (0.05, 0.10, 0.20, 0.50)
-IDENTITY = [
-    "kernel_name",
-    "kernel_provider",
-    "kernel_operation_mode",
-    "metric_name",
-    "x_name",
-    "x_value",
-    "extra_benchmark_config_str",
-    "gpu_name",
-    "liger_version",
-]
+IDENTITY = [*POINT_COLUMNS, "gpu_name", "liger_version"]
 SCALE = {"speed": 1e6, "memory": 1024 * 1024}  # ms -> ns, MiB -> bytes
 
 

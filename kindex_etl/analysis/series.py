@@ -535,15 +535,19 @@ class RunSource:
     def versions(self) -> set[str]:
         return {v for v in map(release_of, self.run_files) if v is not None}
 
-    def buckets(self, columns: list[str] | None = None) -> Iterator[pa.Table]:
-        """Tables of whole series, each sorted by series key, release (PEP 440) and time."""
+    def buckets(
+        self, columns: list[str] | None = None, *, digits: int | None = None
+    ) -> Iterator[pa.Table]:
+        """Tables of whole series, each sorted by series key, release (PEP 440) and time.
+        `digits`: `bucket_digits` where the caller has it."""
         files = self.run_files
         if not files:
             return
         machines = self.machines()
         ranks = self.ranks()
         cols = columns or RUN_COLUMNS
-        digits = self.bucket_digits(files)
+        if digits is None:
+            digits = self.bucket_digits(self.file_rows(files))
         if digits == 0:
             parts = [t for k in files for t in self.row_groups(k, cols)]
             if not parts:
@@ -563,10 +567,10 @@ class RunSource:
     def ranks(self) -> dict[str, int]:
         return release_ranks(self.versions())
 
-    def bucket_digits(self, files: list[str], rows: list[int] | None = None) -> int:
-        """How many hex digits of the bucket hash split the runs (0: one bucket in memory);
-        `rows`: `file_rows(files)` where the caller has them."""
-        total = sum(self.file_rows(files) if rows is None else rows)
+    def bucket_digits(self, rows: list[int]) -> int:
+        """How many hex digits of the bucket hash split runs files of `rows` runs each
+        (`file_rows`; 0: one bucket in memory)."""
+        total = sum(rows)
         digits = 0
         while total / 16**digits > self.bucket_rows and digits < 3:
             digits += 1

@@ -24,6 +24,17 @@ UPSTREAM_COLUMNS = (
     "timestamp",
     "liger_version",
 )
+# What names one benchmark point of a script (a CSV row's, a launcher line's), GPU and release
+# aside.
+POINT_COLUMNS = (
+    "kernel_name",
+    "kernel_provider",
+    "kernel_operation_mode",
+    "metric_name",
+    "x_name",
+    "x_value",
+    "extra_benchmark_config_str",
+)
 # Our device-time CSVs (`gpu/device_time.py`, device_time.csv beside a re-run's benchmark.csv)
 # add one column after upstream's: the upstream timer's y_value_50 of the same point in the
 # same run, from which a run says whether that point is host-bound. Read where a CSV has it.

@@ -34,7 +34,7 @@ from kindex_etl.contracts.device_protocol import (  # noqa: F401 (this module's 
     protocol_document,
     spec,
 )
-from kindex_etl.contracts.upstream import DEVICE_TIME_COLUMNS, UPSTREAM_COLUMNS
+from kindex_etl.contracts.upstream import DEVICE_TIME_COLUMNS, POINT_COLUMNS, UPSTREAM_COLUMNS
 
 PROTOCOL_ENV = "KINDEX_DEVICE_PROTOCOL"
 OUT_ENV = "KINDEX_DEVICE_TIME_OUT"
@@ -146,18 +146,6 @@ def manifest_entry(folder: Path) -> dict[str, Any]:
             **{k: data[k] for k in keys},
         }
     }
-
-
-# What names a point in a CSV row and in a launcher line alike.
-POINT_COLUMNS = (
-    "kernel_name",
-    "kernel_provider",
-    "kernel_operation_mode",
-    "metric_name",
-    "x_name",
-    "x_value",
-    "extra_benchmark_config_str",
-)
 
 
 def _same(recorded: Any, text: str | None) -> bool:

@@ -148,7 +148,7 @@ def test_run_counts_on_a_bucket_come_from_the_checkpoint_too(
     source = RunSource.open(store, bucket_rows=4)
     assert source.store.local_path(source.run_files[0]) is None  # counted from the log
     assert sum(source.file_rows(source.run_files)) == 16
-    assert source.bucket_digits(source.run_files) == 1
+    assert source.bucket_digits(source.file_rows(source.run_files)) == 1
 
 
 def test_a_bucket_taken_back_is_not_held_until_the_last(tmp_path: Path) -> None:
