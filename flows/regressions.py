@@ -2,8 +2,10 @@
 
 Chained from the ingest flow (it runs when that ingest committed something) and deployable on
 its own. The work is `kindex_etl.analysis.run.run_regressions`; this flow adds a markdown
-artifact of the new alerts and one Prefect event (`kindex.regression.alert`) per new alert,
-and `kindex.regression.retracted` per alert the analysis no longer finds.
+artifact of the new alerts, then announces: one Prefect event (`kindex.regression.alert`) per
+alert and `kindex.regression.retracted` per retracted alert, for every commit since the last
+announcement (`kindex_etl.analysis.announce`), so a retry or a crash after the commit loses
+none and repeats none.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 from prefect.events import emit_event
 
-from kindex_etl.analysis.alerts import event, markdown, retraction_events
+from kindex_etl.analysis.alerts import markdown
+from kindex_etl.analysis.announce import pending, record_announced, start_announcing
 from kindex_etl.analysis.run import Analysis, run_regressions
 from kindex_etl.config import settings
+from kindex_etl.storage import open_store
 
 
 @task(
@@ -30,6 +34,22 @@ def detect(warehouse: str, since: str | None, after_seq: int | None = None) -> A
     return run_regressions(warehouse, since=since, after_seq=after_seq)
 
 
+@task(name="announce-alerts", retries=3, retry_delay_seconds=[2, 10, 30], cache_policy=NONE)
+def announce(warehouse: str) -> int:
+    """Emit every announcement since the mark, wait until they are sent, move the mark.
+
+    Safe to retry: what is emitted again has the same event ids."""
+    from prefect.events.worker import EventsWorker
+
+    store = open_store(warehouse)
+    todo = pending(store)
+    sent = [emit_event(**e) for e in todo.events]
+    if any(e is not None for e in sent):  # None: this process sends no events at all
+        EventsWorker.instance().wait_until_empty()
+    record_announced(store, todo.through)
+    return len(todo.events)
+
+
 @flow(name="kindex-regressions", log_prints=False)
 def regressions_flow(
     warehouse: str | None = None, since: str | None = None, after_seq: int | None = None
@@ -37,21 +57,21 @@ def regressions_flow(
     """`after_seq`: only the series that ingests after that warehouse commit touched."""
     from prefect.artifacts import create_markdown_artifact
 
-    result = detect(warehouse or settings().warehouse, since, after_seq)
+    url = warehouse or settings().warehouse
+    start_announcing(open_store(url, create=True))
+    result = detect(url, since, after_seq)
     create_markdown_artifact(
         key="kindex-regressions",
         markdown=markdown(result),
         description="kindex-etl regressions: new alerts",
     )
-    for change in result.new_alerts:
-        emit_event(**event(change, result.warehouse))
-    for retracted in retraction_events(result):
-        emit_event(**retracted)
+    told = announce(result.warehouse)
     get_run_logger().info(
-        "%d changes, %d alerts, %d new, %d retracted",
+        "%d changes, %d alerts, %d new, %d retracted; %d event(s) announced",
         len(result.changes),
         len(result.alerts),
         len(result.new_alerts),
         len(result.retracted),
+        told,
     )
-    return result.as_dict()
+    return result.as_dict() | {"announced": told}

@@ -69,15 +69,6 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
-def retraction_events(result: Analysis) -> list[dict[str, Any]]:
-    """One event per retracted change that had been an alert (those had their own event)."""
-    return [
-        event(c, result.warehouse, name=RETRACTED_EVENT)
-        for c in result.retracted
-        if c.get("retracted_state") == "alert"
-    ]
-
-
 def event(change: dict[str, Any], warehouse: str, *, name: str = EVENT) -> dict[str, Any]:
     """Keyword arguments for `prefect.events.emit_event` for one new alert (or, by `name`,
     another event about one change)."""
@@ -145,5 +136,5 @@ def event(change: dict[str, Any], warehouse: str, *, name: str = EVENT) -> dict[
             )
         }
         # A retraction says what the change had been.
-        | ({"retracted_state": change["retracted_state"]} if "retracted_state" in change else {}),
+        | ({"retracted_state": change["retracted_state"]} if change.get("retracted_state") else {}),
     }

@@ -120,7 +120,7 @@ def retractions(
     files = sorted({(known[cid].batch, known[cid].key) for cid in gone})
     for batch, key in files:
         wanted = {cid for cid in gone if (known[cid].batch, known[cid].key) == (batch, key)}
-        table = _conformed(warehouse.read_file(batch, key))
+        table = conformed(warehouse.read_file(batch, key))
         picked = table.filter(pc.is_in(table.column("change_id"), pa.array(sorted(wanted))))
         last: dict[str, dict[str, Any]] = {}
         for row in picked.to_pylist():
@@ -132,7 +132,7 @@ def retractions(
     return rows
 
 
-def _conformed(table: pa.Table) -> pa.Table:
+def conformed(table: pa.Table) -> pa.Table:
     """A regressions file in today's schema: files written before a column existed have it
     as nulls (a retraction repeats such a file's row)."""
     for f in REGRESSIONS_SCHEMA:

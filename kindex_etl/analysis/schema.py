@@ -36,9 +36,10 @@ def change_document(row: dict[str, Any]) -> dict[str, Any]:
         str(row[k] or "").lower().replace("_", "-").replace(" ", "-")
         for k in ("kernel", "operation_mode", "provider", "metric", "after_release")
     )
+    whole = {"retracted_state": None, **row}  # only a retraction's row names one
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": f"change-{name}"[:100], "changeId": row["change_id"]},
-        "spec": {_camel(k): row[k] for k in REGRESSIONS_SCHEMA.names if k != "change_id"},
+        "spec": {_camel(k): whole[k] for k in REGRESSIONS_SCHEMA.names if k != "change_id"},
     }

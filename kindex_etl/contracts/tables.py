@@ -243,6 +243,9 @@ REGRESSIONS_SCHEMA = pa.schema(
         ("baseline_providers", pa.list_(pa.string())),
         ("relative_ratio", pa.float64()),
         ("kernels_at_step", pa.int32()),
+        # On a `retracted` row, the state the change had until then (null on every other):
+        # whoever was told of an alert is told of its retraction, and only they.
+        ("retracted_state", pa.string()),
     ]
 )
 

@@ -20,6 +20,8 @@ _kindex/staging/<batch>/...                                 data not yet committ
 _kindex/reruns/<version>.json                               GPU re-run requests
 _kindex/analysed.json                                       the commit the analyses looked
     through (a hint: kindex_etl.analysis.analysed)
+_kindex/announced.json                                      the commit through which every
+    alert was announced (kindex_etl.analysis.announce)
 """
 
 from __future__ import annotations

@@ -120,6 +120,12 @@ class Warehouse:
         """The records read since the base checkpoint, in sequence order."""
         return [self._records[s] for s in sorted(self._records)]
 
+    def record(self, seq: int) -> CommitRecord:
+        """Commit `seq`'s record, from the log itself where it predates the base checkpoint."""
+        if seq in self._records:
+            return self._records[seq]
+        return CommitRecord.from_json(self.store.get_bytes(layout.log_key(seq)))
+
     @property
     def head(self) -> int:
         return max(self._records, default=self._base_seq)

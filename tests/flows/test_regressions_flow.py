@@ -85,3 +85,60 @@ def test_an_alert_no_longer_found_is_retracted_by_an_event(tmp_path: Path, event
     assert told["payload"]["change_id"] == old["change_id"]
     assert told["payload"]["retracted_state"] == "alert"
     assert "retracted: 1 change(s)" in str(flow_run_artifacts(state)["kindex-regressions"].data)
+
+
+def test_a_detect_task_retried_after_its_commit_still_announces_every_alert(
+    tmp_path: Path,
+    events: list,  # type: ignore[type-arg]
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The report fails once after the changes were committed: Prefect retries the task, whose
+    analysis then finds nothing new. Its alerts are announced all the same, once each."""
+    import kindex_etl.report
+    from flows.regressions import regressions_flow
+
+    real = kindex_etl.report.write_report
+    failures = []
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        if not failures:
+            failures.append(1)
+            raise OSError("the report's bucket is away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kindex_etl.report, "write_report", flaky)
+    wh = build_warehouse(tmp_path, [series_rows(STEP), series_rows(STEP, x="4096", day=2)])
+    state = regressions_flow(warehouse=wh, return_state=True)
+    result = state.result()
+    assert failures == [1] and result["new_alerts"] == 0  # the retry found them committed
+    assert result["announced"] == 2
+    assert [e["event"] for e in events] == ["kindex.regression.alert"] * 2
+    assert len({e["id"] for e in events}) == 2
+
+
+def test_alerts_of_a_run_killed_before_it_told_anyone_are_told_by_the_next(
+    tmp_path: Path,
+    events: list,  # type: ignore[type-arg]
+) -> None:
+    from flows.regressions import regressions_flow
+    from kindex_etl.analysis.run import run_regressions
+
+    wh = build_warehouse(tmp_path, [series_rows(STEP)])
+    regressions_flow(warehouse=wh)
+    (first,) = events
+    up = tmp_path / "more"
+    write_csv(up / "benchmarks/b/benchmark.csv", series_rows(STEP, x="4096", day=2))
+    from kindex_etl.api import IngestOptions, ingest
+
+    ingest(str(up), wh, IngestOptions(trigger=False))
+    killed = run_regressions(wh)  # the commit landed; the process died before its events
+    events.clear()
+
+    state = regressions_flow(warehouse=wh, return_state=True)
+    assert state.result()["new_alerts"] == 0
+    (told,) = events
+    assert told["payload"]["change_id"] == killed.new_alerts[0]["change_id"]
+    assert told["id"] != first["id"]
+    events.clear()
+    regressions_flow(warehouse=wh)
+    assert events == []
