@@ -305,5 +305,5 @@ def analysis_subflow(warehouse: str, after_seq: int | None = None) -> dict[str, 
     found = regressions_flow(warehouse=warehouse, after_seq=after_seq)
     # Counts and where the report is, not the changes.
     keys = ("alerts", "new_alerts", "new_changes", "retracted", "commit", "report", "elapsed_s",
-            "report_s", "seq", "workers")  # fmt: skip
+            "report_s", "seq", "workers", "announced")  # fmt: skip
     return {"changes": len(found["changes"]), **{k: found[k] for k in keys}}
