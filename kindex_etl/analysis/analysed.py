@@ -16,23 +16,18 @@ one cannot know what was looked at before its ingest).
 
 from __future__ import annotations
 
-import json
-
 from ..load import layout
-from ..storage import NotFound, ObjectStore
+from ..storage import ObjectStore
+from .marks import read_mark, write_mark
 
 KEY = layout.CONTROL + "analysed.json"
 
 
 def analysed_through(store: ObjectStore) -> int | None:
     """The commit through which every ingest was analysed; None where nothing says."""
-    try:
-        seq = json.loads(store.get_bytes(KEY)).get("seq")
-    except (NotFound, FileNotFoundError, ValueError, AttributeError):
-        return None
-    return seq if isinstance(seq, int) and seq >= 0 else None
+    return read_mark(store, KEY)
 
 
 def record_analysed(store: ObjectStore, seq: int) -> None:
     """Say that the ingests through `seq` were analysed (a plain put: see above)."""
-    store.put_bytes(KEY, json.dumps({"seq": seq}).encode())
+    write_mark(store, KEY, seq)

@@ -29,7 +29,6 @@ that some events are announced again, under the same ids.
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from ..load.record import INGEST
 from ..load.warehouse import Warehouse
 from ..storage import NotFound, ObjectStore
 from .alerts import EVENT, RETRACTED_EVENT, event
+from .marks import read_mark, write_mark
 from .publish import conformed
 from .schema import REGRESSIONS_SCHEMA, RETRACTED
 
@@ -68,16 +68,12 @@ class Announcement:
 
 def announced_through(store: ObjectStore) -> int | None:
     """The commit through which every regressions row was announced; None where nothing says."""
-    try:
-        seq = json.loads(store.get_bytes(KEY)).get("seq")
-    except (NotFound, FileNotFoundError, ValueError, AttributeError):
-        return None
-    return seq if isinstance(seq, int) and seq >= 0 else None
+    return read_mark(store, KEY)
 
 
 def record_announced(store: ObjectStore, seq: int) -> None:
     """Say that every row committed through `seq` was announced (a plain put: see above)."""
-    store.put_bytes(KEY, json.dumps({"seq": seq}).encode())
+    write_mark(store, KEY, seq)
 
 
 def start_announcing(store: ObjectStore) -> int:
