@@ -5,7 +5,8 @@ its own. The work is `kindex_etl.analysis.run.run_regressions`; this flow adds a
 artifact of the new alerts, then announces: one Prefect event (`kindex.regression.alert`) per
 alert and `kindex.regression.retracted` per retracted alert, for every commit since the last
 announcement (`kindex_etl.analysis.announce`), so a retry or a crash after the commit loses
-none and repeats none.
+none and repeats none. The mark moves once Prefect's server has stored every event
+(`kindex_etl.analysis.delivered`): a send the events worker dropped fails the task instead.
 """
 
 from __future__ import annotations
@@ -17,10 +18,20 @@ from prefect.cache_policies import NONE
 from prefect.events import emit_event
 
 from kindex_etl.analysis.alerts import markdown
-from kindex_etl.analysis.announce import pending, record_announced, start_announcing
+from kindex_etl.analysis.announce import (
+    announced_through,
+    pending,
+    record_announced,
+    start_announcing,
+)
+from kindex_etl.analysis.delivered import unconfirmed
 from kindex_etl.analysis.run import Analysis, run_regressions
 from kindex_etl.config import settings
 from kindex_etl.storage import open_store
+
+
+class AnnouncementNotStored(RuntimeError):
+    """Some events of an announcement were sent but never stored: the task fails (and retries)."""
 
 
 @task(
@@ -36,7 +47,8 @@ def detect(warehouse: str, since: str | None, after_seq: int | None = None) -> A
 
 @task(name="announce-alerts", retries=3, retry_delay_seconds=[2, 10, 30], cache_policy=NONE)
 def announce(warehouse: str) -> int:
-    """Emit every announcement since the mark, wait until they are sent, move the mark.
+    """Emit every announcement since the mark; move the mark once Prefect's server has stored
+    them all (`kindex_etl.analysis.delivered`), else fail and leave it.
 
     Safe to retry: what is emitted again has the same event ids."""
     from prefect.events.worker import EventsWorker
@@ -46,6 +58,14 @@ def announce(warehouse: str) -> int:
     sent = [emit_event(**e) for e in todo.events]
     if any(e is not None for e in sent):  # None: this process sends no events at all
         EventsWorker.instance().wait_until_empty()
+        wait_s = settings().announce_confirm_s
+        lost = unconfirmed(todo.events, wait_s) if wait_s > 0 else []
+        if lost:
+            raise AnnouncementNotStored(
+                f"Prefect's server has not stored {len(lost)} of {len(todo.events)} "
+                f"announcement(s) after {wait_s:g} s (first: {lost[0]['event']} "
+                f"{lost[0]['id']}); the mark stays at commit {announced_through(store)}"
+            )
     record_announced(store, todo.through)
     return len(todo.events)
 

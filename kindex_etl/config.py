@@ -105,6 +105,9 @@ class Settings(BaseSettings):
     dask_workers: int = Field(default=0, ge=0)
     dask_ahead: int = Field(default=3, ge=1)
     analysis_workers: int = Field(default=0, ge=0)
+    # How long an announcement waits for Prefect's server to have stored its events before
+    # it fails and leaves the mark (kindex_etl.analysis.delivered); 0: no check.
+    announce_confirm_s: float = Field(default=60.0, ge=0)
     descriptor_cap: int = Field(default=49_152, ge=1)
     index_spill: bool = True
     malloc_mmap_threshold: int = Field(default=1 << 20, ge=0)

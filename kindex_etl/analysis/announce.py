@@ -131,10 +131,10 @@ def _events(
         pc.equal(state, RETRACTED), pc.equal(rows.column("retracted_state"), "alert")
     )
     told = pc.or_kleene(pc.equal(state, "alert"), retracted_alert)
+    when = {"occurred": datetime.fromisoformat(committed_at)} if committed_at else {}
     out = []
     for row in rows.filter(pc.fill_null(told, False)).to_pylist():
         name = EVENT if row["state"] == "alert" else RETRACTED_EVENT
         ident = uuid.uuid5(_NAMESPACE, f"{warehouse}\n{seq}\n{row['change_id']}\n{row['state']}")
-        when = {"occurred": datetime.fromisoformat(committed_at)} if committed_at else {}
         out.append(event(row, warehouse, name=name) | {"id": ident, **when})
     return out

@@ -360,6 +360,10 @@ def choose_api(cfg: Settings) -> Api:
     url, started = server.ensure()
     os.environ["PREFECT_HOME"] = str(server.home)
     os.environ["PREFECT_API_URL"] = url
+    # The local server runs no services: it neither stores events nor runs automations on
+    # them, so an announcement has nobody to reach and nothing to confirm with (unless the
+    # environment asks all the same).
+    os.environ.setdefault("KINDEX_ANNOUNCE_CONFIRM_S", "0")
     return Api(url, "local server", started)
 
 

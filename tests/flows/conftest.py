@@ -20,6 +20,9 @@ from tests.helpers import write_csv
 # Before prefect is imported anywhere in this session: offline and quiet.
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# The server stores events in batches at most this far apart (5 s by default): an announcement
+# waits for its events to be stored, so a short interval keeps these tests quick.
+os.environ.setdefault("PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL", "0.5")
 
 REPO = Path(__file__).resolve().parents[2]
 # Real upstream rows when the checkout sits beside ../shared (never required). Point

@@ -142,3 +142,73 @@ def test_alerts_of_a_run_killed_before_it_told_anyone_are_told_by_the_next(
     events.clear()
     regressions_flow(warehouse=wh)
     assert events == []
+
+
+def _stored(ids: list[Any]) -> set[str]:
+    """The ids among `ids` that the harness' Prefect server has stored, as a consumer asks."""
+    from datetime import UTC, datetime, timedelta
+
+    from kindex_etl.analysis.delivered import stored
+
+    return {str(i) for i in stored(ids, datetime.now(UTC) - timedelta(days=30))}
+
+
+def test_a_dropped_send_is_sent_again_before_the_mark_moves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prefect's events worker drops an event whose send fails and still empties its queue.
+    The first attempt's sends are dropped here: the server stores nothing, so the task fails
+    and Prefect retries it, which sends the same ids again; the mark moves after that."""
+    import flows.regressions
+    from flows.regressions import regressions_flow
+    from kindex_etl.analysis.announce import announced_through
+    from kindex_etl.storage import open_store
+
+    attempts: list[str] = []
+    real = flows.regressions.emit_event
+
+    def drop_first(**kwargs: Any) -> Any:
+        attempts.append(str(kwargs["id"]))
+        if len(attempts) <= 2:
+            return object()  # "sent", as the worker says of a send it then drops
+        return real(**kwargs)
+
+    monkeypatch.setattr(flows.regressions, "emit_event", drop_first)
+    monkeypatch.setenv("KINDEX_ANNOUNCE_CONFIRM_S", "2")
+    wh = build_warehouse(tmp_path, [series_rows(STEP), series_rows(STEP, x="4096", day=2)])
+    state = regressions_flow(warehouse=wh, return_state=True)
+
+    assert state.result()["announced"] == 2
+    assert len(attempts) == 4 and attempts[:2] == attempts[2:]  # sent again, same ids
+    assert _stored(attempts[:2]) == set(attempts[:2])
+    assert announced_through(open_store(wh)) == 2
+
+
+def test_an_announcement_never_stored_fails_and_leaves_the_mark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import flows.regressions
+    from flows.regressions import regressions_flow
+    from kindex_etl.analysis.announce import announced_through
+    from kindex_etl.storage import open_store
+
+    real = flows.regressions.emit_event
+    monkeypatch.setattr(flows.regressions, "emit_event", lambda **kwargs: object())
+    monkeypatch.setattr(
+        flows.regressions, "announce", flows.regressions.announce.with_options(retries=0)
+    )
+    monkeypatch.setenv("KINDEX_ANNOUNCE_CONFIRM_S", "1")
+    wh = build_warehouse(tmp_path, [series_rows(STEP)])
+    state = regressions_flow(warehouse=wh, return_state=True)
+
+    assert state.is_failed() and "has not stored 1 of 1" in str(state.message)
+    assert announced_through(open_store(wh)) == 1  # set before the analysis; not moved
+    told: list[Any] = []
+
+    def send(**kwargs: Any) -> Any:
+        told.append(kwargs["id"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(flows.regressions, "emit_event", send)
+    assert regressions_flow(warehouse=wh)["announced"] == 1
+    assert _stored(told) == {str(i) for i in told} and announced_through(open_store(wh)) == 2
