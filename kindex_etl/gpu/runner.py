@@ -37,7 +37,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -176,12 +176,24 @@ class Prepared:
     started_at: str
     deadline: float | None  # time.time() after which no slot starts
     device_time: bool = False  # also time every point by device time (device_time.py)
+    # `work` is a temporary folder this campaign made (no workdir given): `finish` removes it.
+    scratch: bool = False
 
     def gpu_uuid(self, gpu: str | None) -> str | None:
         for g in self.environments[self.version].get("gpus") or []:
             if gpu is not None and g.get("index") == gpu:
                 return str(g.get("uuid")) if g.get("uuid") else None
         return None
+
+
+@contextlib.contextmanager
+def _removed_on_error(folder: Path | None) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        if folder is not None:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def new_campaign_id(now: datetime | None = None) -> str:
@@ -298,78 +310,81 @@ def prepare(
 
         repeats = settings().rerun_repeats
     work = Path(workdir) if workdir is not None else harness.scratch_dir()
-    out = Path(output_dir) if output_dir is not None else work / "out"
-    out.mkdir(parents=True, exist_ok=True)
-    campaign_id = campaign_id or new_campaign_id()
-    started = datetime.now(UTC)
+    # A failed preparation (no GPU, a bad sdist) leaves no temporary folder behind.
+    with _removed_on_error(work if workdir is None else None):
+        out = Path(output_dir) if output_dir is not None else work / "out"
+        out.mkdir(parents=True, exist_ok=True)
+        campaign_id = campaign_id or new_campaign_id()
+        started = datetime.now(UTC)
 
-    sd = harness.fetch_sdist(version, sdist=sdist, sha256=sdist_sha256, cache=cache, pypi=pypi)
-    root = harness.extract_sdist(sd, work / "sdist")
-    libs = {
-        version: _install(
-            version, work / f"site-{version}", wheel=wheel, sdist=None,
-            use_pip_index=use_pip_index, python=py, cache=cache, pypi=pypi,
-            harness_root=None if wheel is not None or use_pip_index else root,
-        )
-    }  # fmt: skip
-    if baseline is not None:
-        libs[baseline] = _install(
-            baseline, work / f"site-{baseline}", wheel=baseline_wheel, sdist=baseline_sdist,
-            use_pip_index=use_pip_index and baseline_wheel is None, python=py, cache=cache,
-            pypi=pypi, harness_root=None,
-        )  # fmt: skip
-    host_gpus = query_gpus()
-    environments = {}
-    for v, lib in libs.items():
-        environment = collect_environment(py, child_env(lib, harness_root=root), gpus=host_gpus)
-        check_gpu(environment)
-        if environment.get("ligerKernel") != v:
-            raise harness.HarnessError(
-                f"the scripts would import liger-kernel {environment.get('ligerKernel')!r} "
-                f"({environment.get('ligerKernelPath') or environment.get('probe')}), not {v}"
+        sd = harness.fetch_sdist(version, sdist=sdist, sha256=sdist_sha256, cache=cache, pypi=pypi)
+        root = harness.extract_sdist(sd, work / "sdist")
+        libs = {
+            version: _install(
+                version, work / f"site-{version}", wheel=wheel, sdist=None,
+                use_pip_index=use_pip_index, python=py, cache=cache, pypi=pypi,
+                harness_root=None if wheel is not None or use_pip_index else root,
             )
-        environments[v] = environment
-    env = environments[version]
+        }  # fmt: skip
+        if baseline is not None:
+            libs[baseline] = _install(
+                baseline, work / f"site-{baseline}", wheel=baseline_wheel, sdist=baseline_sdist,
+                use_pip_index=use_pip_index and baseline_wheel is None, python=py, cache=cache,
+                pypi=pypi, harness_root=None,
+            )  # fmt: skip
+        host_gpus = query_gpus()
+        environments = {}
+        for v, lib in libs.items():
+            environment = collect_environment(py, child_env(lib, harness_root=root), gpus=host_gpus)
+            check_gpu(environment)
+            if environment.get("ligerKernel") != v:
+                raise harness.HarnessError(
+                    f"the scripts would import liger-kernel {environment.get('ligerKernel')!r} "
+                    f"({environment.get('ligerKernelPath') or environment.get('probe')}), not {v}"
+                )
+            environments[v] = environment
+        env = environments[version]
 
-    scripts_dir = root / "benchmark" / "scripts"
-    suite, skipped = plan_suite(
-        scripts_dir,
-        kernels=list(kernels) if kernels else None,
-        python=py,
-        env=child_env(libs[version], harness_root=root),
-        capability=env.get("computeCapability"),
-        timeout_override_s=script_timeout_s,
-    )
-    slots = plan.slots(campaign_id, version, baseline, repeats, (shard_index, shard_count))
-    weights = [(s.kernel, s.expected_s * len(slots)) for s in suite]
-    mine = set(plan.shard(weights, shard_index, shard_count))
-    suite = [s for s in suite if s.kernel in mine]
-    gpu_list: list[str | None] = list(gpus) if gpus else detect_gpus(env)
-    per_gpu = plan.balance([(s.kernel, s.expected_s) for s in suite], len(gpu_list))
-    assignment = {k: gpu_list[i] for i, names in enumerate(per_gpu) for k in names}
-    return Prepared(
-        campaign_id=campaign_id,
-        version=version,
-        baseline=baseline,
-        repeats=repeats,
-        shard_index=shard_index,
-        shard_count=shard_count,
-        python=py,
-        work=str(work),
-        out=str(out),
-        harness_root=str(root),
-        libs={v: str(p) for v, p in libs.items()},
-        environments=environments,
-        scripts=suite,
-        skipped=skipped,
-        gpus=gpu_list,
-        assignment=assignment,
-        slots=slots,
-        sdist={"source": sd.source, "sha256": sd.sha256, "file": sd.path.name},
-        started_at=started.isoformat(timespec="seconds"),
-        deadline=time.time() + budget_s if budget_s is not None else None,
-        device_time=device_time,
-    )
+        scripts_dir = root / "benchmark" / "scripts"
+        suite, skipped = plan_suite(
+            scripts_dir,
+            kernels=list(kernels) if kernels else None,
+            python=py,
+            env=child_env(libs[version], harness_root=root),
+            capability=env.get("computeCapability"),
+            timeout_override_s=script_timeout_s,
+        )
+        slots = plan.slots(campaign_id, version, baseline, repeats, (shard_index, shard_count))
+        weights = [(s.kernel, s.expected_s * len(slots)) for s in suite]
+        mine = set(plan.shard(weights, shard_index, shard_count))
+        suite = [s for s in suite if s.kernel in mine]
+        gpu_list: list[str | None] = list(gpus) if gpus else detect_gpus(env)
+        per_gpu = plan.balance([(s.kernel, s.expected_s) for s in suite], len(gpu_list))
+        assignment = {k: gpu_list[i] for i, names in enumerate(per_gpu) for k in names}
+        return Prepared(
+            campaign_id=campaign_id,
+            version=version,
+            baseline=baseline,
+            repeats=repeats,
+            shard_index=shard_index,
+            shard_count=shard_count,
+            python=py,
+            work=str(work),
+            out=str(out),
+            harness_root=str(root),
+            libs={v: str(p) for v, p in libs.items()},
+            environments=environments,
+            scripts=suite,
+            skipped=skipped,
+            gpus=gpu_list,
+            assignment=assignment,
+            slots=slots,
+            sdist={"source": sd.source, "sha256": sd.sha256, "file": sd.path.name},
+            started_at=started.isoformat(timespec="seconds"),
+            deadline=time.time() + budget_s if budget_s is not None else None,
+            device_time=device_time,
+            scratch=workdir is None,
+        )
 
 
 def _now() -> str:
@@ -536,7 +551,22 @@ def finish(
     (Path(prep.out) / "campaign.json").write_text(
         json.dumps(result.as_dict(), indent=2, sort_keys=True) + "\n"
     )
+    release_scratch(prep, result)
     return result
+
+
+def release_scratch(prep: Prepared, result: CampaignResult) -> bool:
+    """Remove the temporary work folder the campaign made for itself (sdists, installs, its
+    scripts' copies), once nothing in it is the only copy: its output lives elsewhere, or every
+    run was uploaded. Otherwise a GPU host would keep one folder per campaign for good."""
+    work = Path(prep.work)
+    if not prep.scratch:
+        return False
+    uploaded = bool(result.runs) and all(r.uploaded_to for r in result.runs)
+    if Path(prep.out).is_relative_to(work) and not uploaded:
+        return False  # the measurements are only here: kept, at result.output_dir
+    shutil.rmtree(work, ignore_errors=True)
+    return True
 
 
 def manifest(result: CampaignResult, run: RunRecord) -> dict[str, Any]:

@@ -152,6 +152,37 @@ def test_unknown_kernel_and_wrong_version_are_refused(
         prepare("9.9.7", sdist=standin_sdist, workdir=tmp_path / "b")
 
 
+def test_a_campaign_removes_its_own_temporary_folder_once_uploaded(
+    standin_sdist: Path,
+    standin_gpus: Callable[[int], None],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a workdir the campaign works in a folder of its own under the temp folder. It
+    is removed once every run is uploaded; without an upload it holds the only copy: kept."""
+    import tempfile
+
+    standin_gpus(1)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    common = {"kernels": ["rms_norm"], "repeats": 1, "sdist": standin_sdist}
+    uploaded = run_campaign(STANDIN_VERSION, upstream=str(tmp_path / "up"), **common)
+    (run,) = uploaded.runs
+    assert uploaded.ok and run.rows > 0 and run.uploaded_keys
+    assert list(scratch.iterdir()) == []  # removed; the upload holds the run
+    assert (tmp_path / "up" / "reruns" / STANDIN_VERSION / run.run_id / "benchmark.csv").is_file()
+
+    kept = run_campaign(STANDIN_VERSION, **common)
+    (run,) = kept.runs
+    assert kept.ok and (Path(run.output_dir) / "benchmark.csv").is_file()
+    assert Path(run.output_dir).is_relative_to(scratch)
+
+    with pytest.raises(ValueError, match="no benchmark script for nope"):
+        prepare(STANDIN_VERSION, kernels=["nope"], sdist=standin_sdist)
+    assert len(list(scratch.iterdir())) == 1  # the failed preparation left nothing
+
+
 def test_refuses_without_a_gpu(standin_sdist: Path, tmp_path: Path) -> None:
     # No stand-in torch: on this CPU machine torch is missing, or sees no CUDA device.
     with pytest.raises(NoGPUError, match="GPU"):
