@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from functools import lru_cache
@@ -25,6 +24,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
+
+from .scratch import ScratchDir
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -63,7 +64,7 @@ class Workers:
     def __init__(self, count: int | None = None) -> None:
         self.count = worker_count() if count is None else max(1, count)
         self._pool: ProcessPoolExecutor | None = None
-        self._folder: tempfile.TemporaryDirectory[str] | None = None
+        self._folder: ScratchDir | None = None
         self._shared = 0  # states written: each `share` gets a file of its own
 
     @property
@@ -85,8 +86,8 @@ class Workers:
     def folder(self) -> Path:
         """The pool's scratch folder (removed by `close`)."""
         if self._folder is None:
-            self._folder = tempfile.TemporaryDirectory(prefix="kindex-workers-")
-        return Path(self._folder.name)
+            self._folder = ScratchDir.create("workers")
+        return self._folder.path
 
     def share(self, state: Any) -> str:
         """Write `state` for the workers; the handle `shared` loads it by."""
@@ -101,7 +102,7 @@ class Workers:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         if self._folder is not None:
-            self._folder.cleanup()
+            self._folder.remove()
             self._folder = None
 
     def __enter__(self) -> Workers:

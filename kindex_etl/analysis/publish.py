@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import pyarrow.parquet as pq
 from ..load import layout
 from ..load.record import CommitRecord, FileEntry
 from ..load.warehouse import Warehouse
+from ..scratch import ScratchDir
 from ..storage import ObjectStore, PreconditionFailed, StorageError
 from .schema import REGRESSIONS_SCHEMA, RETRACTED, change_document
 from .series import version_order
@@ -219,7 +219,7 @@ def _keeping_whole(attach: Attach) -> Attach:
 def _stage(
     warehouse: Warehouse, batch: str, rows: list[dict[str, Any]], attach: Attach
 ) -> list[FileEntry]:
-    with tempfile.TemporaryDirectory(prefix=f"kindex-{batch}-") as tmp:
+    with ScratchDir.create(batch) as tmp:
         parquet = Path(tmp, "changes.parquet")
         docs = Path(tmp, "changes.jsonl.zst")
         with (

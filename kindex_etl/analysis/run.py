@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from ..extract.history import History, default_history
 from ..memory import pin_mmap_threshold, release_unused_memory, use_bulk_arrow_pool
+from ..scratch import remove_orphaned
 from ..storage import ObjectStore, open_store
 from ..workers import Workers
 from .analysed import analysed_through, record_analysed
@@ -192,6 +193,7 @@ def run_regressions(
     from .publish import commit_changes
 
     started = time.perf_counter()
+    remove_orphaned()  # spills of analyses that were killed: up to gigabytes each
     pin_mmap_threshold()  # bucket after bucket of whole series: as long-running as an ingest
     release_unused_memory()  # what an ingest before it in this process left cached
     use_bulk_arrow_pool()

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +32,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..extract.history import History, default_history
 from ..load.writers import groups_by_code
+from ..scratch import ScratchDir
 from ..storage import NotFound, ObjectStore
 from .spill import read_ipc
 
@@ -555,8 +555,8 @@ class RunSource:
             table = pa.concat_tables(parts, promote_options="permissive")
             yield with_series(table, machines, ranks, self.history)
             return
-        with tempfile.TemporaryDirectory(prefix="kindex-series-") as tmp:
-            for path in self.split(files, cols, digits, Path(tmp)):
+        with ScratchDir.create("series") as tmp:
+            for path in self.split(files, cols, digits, tmp):
                 # Not bound to a name here: a suspended generator would keep the bucket's
                 # unsorted runs alive beside the sorted ones while the caller analyses them.
                 yield with_series(read_ipc(path), machines, ranks, self.history)

@@ -18,7 +18,6 @@ the spill is garbage-collected or the process exits.
 
 from __future__ import annotations
 
-import tempfile
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -28,6 +27,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
+
+from kindex_etl.scratch import ScratchDir
 
 RUN_ID_FIELDS = ("before_run_ids", "after_run_ids")
 _RUN_IDS_SCHEMA = pa.schema([(name, pa.list_(pa.string())) for name in RUN_ID_FIELDS])
@@ -41,12 +42,13 @@ def read_ipc(path: Path) -> pa.Table:
 
 
 class _Folder:
-    """A temporary folder that outlives no one: removed on close, collection or exit."""
+    """A scratch folder that outlives no one: removed on close, collection or exit (and, after
+    a SIGKILL, by the next run's sweep: `kindex_etl.scratch`)."""
 
-    def __init__(self, prefix: str) -> None:
-        self._tmp = tempfile.TemporaryDirectory(prefix=prefix)
-        self.path = Path(self._tmp.name)
-        self._finalizer = weakref.finalize(self, self._tmp.cleanup)
+    def __init__(self, name: str) -> None:
+        scratch = ScratchDir.create(name)
+        self.path = scratch.path
+        self._finalizer = weakref.finalize(self, scratch.remove)
 
     def close(self) -> None:
         self._finalizer()
@@ -56,7 +58,7 @@ class RunIdSpill:
     """The run-id lists of an analysis's changes, by change id, on local disk."""
 
     def __init__(self) -> None:
-        self._folder = _Folder("kindex-run-ids-")
+        self._folder = _Folder("run-ids")
         self._path = self._folder.path / "run_ids.arrow"
         self._writer: ipc.RecordBatchFileWriter | None = None
         self._row: dict[str, int] = {}
@@ -137,7 +139,7 @@ class PointSpill:
     """
 
     def __init__(self) -> None:
-        self._folder = _Folder("kindex-points-")
+        self._folder = _Folder("points")
         self._writers: dict[str, ipc.RecordBatchFileWriter] = {}
         self._files: dict[str, Path] = {}
         self._schema: pa.Schema | None = None

@@ -7,19 +7,12 @@ duplicates). It never commits: `ingest.commit` does that with what `process` ret
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import os
-import re
-import shutil
-import tempfile
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 import pyarrow as pa
@@ -50,6 +43,7 @@ from kindex_etl.normalize.columnar import (
 from kindex_etl.normalize.dedup import RunIndex
 from kindex_etl.normalize.descriptors import Descriptor
 from kindex_etl.normalize.quarantine import held_back_without_row, quarantine_table
+from kindex_etl.scratch import ScratchDir, remove_orphaned
 
 
 @dataclass
@@ -86,81 +80,9 @@ class _RejectedLate(Exception):
         self.bad = bad
 
 
-WORKDIR_PREFIX = "kindex-"
 # Held-back rows are wide (~500 bytes in memory, every column a string) and come a few
 # thousand a CSV block: row groups of ~16k rows, not one per block nor 64k rows waiting.
 QUARANTINE_ROW_GROUP_BYTES = 8 << 20
-_WORKDIR_NAME = re.compile(r"^kindex-[0-9a-f]{16}-")
-_OWNER = ".kindex-owner"
-
-
-@dataclass
-class WorkDir:
-    """A batch's local work folder, locked by its process for as long as that process lives.
-
-    The lock (flock on a file inside) is released by the kernel when the process dies, even by
-    SIGKILL: the next run tells orphans from live folders of concurrent ingests by trying it.
-    """
-
-    path: Path
-    _owner: IO[str] | None = None
-
-    @classmethod
-    def create(cls, batch: str) -> WorkDir:
-        path = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{batch}-"))
-        # Locked before it takes its name: a sweeper never finds the lock file unlocked while
-        # its owner lives (a rename keeps the inode, and the lock is on the inode's open file).
-        owner = (path / f"{_OWNER}.new").open("w")
-        fcntl.flock(owner, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.rename(path / f"{_OWNER}.new", path / _OWNER)
-        return cls(path, owner)
-
-    def remove(self) -> None:
-        shutil.rmtree(self.path, ignore_errors=True)
-        if self._owner is not None:
-            self._owner.close()
-            self._owner = None
-
-
-def remove_orphaned_workdirs(root: Path | None = None) -> list[Path]:
-    """Remove work folders of dead runs under the temp folder; returns what was removed."""
-    root = Path(root or tempfile.gettempdir())
-    removed: list[Path] = []
-    try:
-        entries = list(root.iterdir())
-    except OSError:
-        return removed
-    now = time.time()
-    for path in entries:
-        if not _WORKDIR_NAME.match(path.name) or not path.is_dir() or path.is_symlink():
-            continue
-        try:
-            # Opened, never created: a folder without the lock file is judged by age below.
-            fd = os.open(path / _OWNER, os.O_RDONLY)
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue  # its process is alive
-                shutil.rmtree(path, ignore_errors=True)
-            finally:
-                os.close(fd)
-        except FileNotFoundError:
-            pass  # removed meanwhile, or a folder without its lock yet
-        except OSError:
-            continue
-        else:
-            removed.append(path)
-            continue
-        try:
-            # No owner lock: a run killed before it took the lock, or a live one of a version
-            # from before locks existed. Only age tells them apart: the orphan grace (1 h).
-            if path.exists() and now - path.stat().st_mtime > settings().orphan_grace_s:
-                shutil.rmtree(path, ignore_errors=True)
-                removed.append(path)
-        except OSError:
-            continue
-    return removed
 
 
 def held_keys(table: pa.Table) -> list[tuple[object, ...]]:
@@ -256,7 +178,7 @@ class Ingestor:
         # A process starts an ingestor once per warehouse: the moment to sweep up after runs
         # that were killed (their work folders hold up to a batch of Parquet each), and to
         # have large frees returned to the system for the long ingest ahead.
-        remove_orphaned_workdirs()
+        remove_orphaned()
         pin_mmap_threshold()
         use_bulk_arrow_pool()
 
@@ -332,7 +254,7 @@ class Ingestor:
         carry: pa.Table | None,
         unchanged_if: Counter[tuple[object, ...]] | None,
     ) -> StagedBatch:
-        workdir = WorkDir.create(batch)
+        workdir = ScratchDir.create(batch)
         work = _Work(
             runs=RunsWriter(workdir.path, batch, RUN_WRITE_SCHEMA),
             quarantine=RowGroupWriter(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -42,6 +41,7 @@ from kindex_etl.load.record import COMPACT, CommitRecord, FileEntry
 from kindex_etl.load.state import LiveFile, WarehouseState
 from kindex_etl.load.warehouse import Warehouse, open_warehouse
 from kindex_etl.load.writers import ParquetTableWriter, RowGroupWriter
+from kindex_etl.scratch import ScratchDir
 
 COMMIT_ATTEMPTS = 8
 
@@ -171,7 +171,8 @@ def _write_documents(warehouse: Warehouse, group: Group, workdir: Path, key: str
 
 def stage_groups(warehouse: Warehouse, groups: list[Group], batch: str) -> CommitRecord:
     """Write and stage every group's output; return the record that would commit them."""
-    workdir = Path(tempfile.mkdtemp(prefix=f"kindex-compact-{batch}-"))
+    scratch = ScratchDir.create(f"compact-{batch}")
+    workdir = scratch.path
     try:
         files: list[FileEntry] = []
         retires: list[str] = []
@@ -195,7 +196,7 @@ def stage_groups(warehouse: Warehouse, groups: list[Group], batch: str) -> Commi
             batch=batch, kind=COMPACT, files=files, retires=retires, replayed_files=replayed
         )
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        scratch.remove()
 
 
 def _file_counts(state: WarehouseState) -> dict[str, int]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import getpass
 import hashlib
 import math
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ from ..contracts.tables import TRIAGE_SCHEMA
 from ..load import layout
 from ..load.record import CommitRecord, FileEntry
 from ..load.warehouse import Warehouse
+from ..scratch import ScratchDir
 from ..storage import ObjectStore, PreconditionFailed, StorageError
 
 VERDICTS = ("acknowledged", "expected", "invalid")
@@ -107,7 +107,7 @@ def _user() -> str:
 
 def _stage(warehouse: Warehouse, batch: str, row: dict[str, Any]) -> FileEntry:
     key = layout.table_key(layout.TRIAGE, batch)
-    with tempfile.TemporaryDirectory(prefix=f"kindex-{batch}-") as tmp:
+    with ScratchDir.create(batch) as tmp:
         path = Path(tmp, "triage.parquet")
         pq.write_table(pa.Table.from_pylist([row], schema=TRIAGE_SCHEMA), path)
         warehouse.stage(batch, key, path)

@@ -1,4 +1,5 @@
-"""Local work folders: gone on every exit path, and a killed run's folders swept by the next."""
+"""An ingest's work folders: gone on every exit path, and a killed run's swept by the next
+(the folders themselves: tests/test_scratch.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ import time
 import pytest
 
 from kindex_etl import IngestOptions, ingest
-from kindex_etl.ingestion.batch import WorkDir, remove_orphaned_workdirs
 from kindex_etl.load.writers import RunsWriter
 from kindex_etl.normalize.columnar import PreparedBatch
 from tests.helpers import REPO, row, seed_row, write_csv
@@ -79,30 +79,11 @@ def test_a_failure_on_the_builder_thread_commits_nothing_and_leaves_no_folder(
     assert summary.runs_written == 1
 
 
-def test_orphans_are_removed_and_live_folders_kept(tmpdir_root):
-    live = WorkDir.create("a" * 16)
-    dead = WorkDir.create("b" * 16)
-    dead._owner.close()  # as the kernel does when its process dies
-    dead._owner = None
-    old_unlocked = tmpdir_root / ("kindex-" + "c" * 16 + "-x")
-    old_unlocked.mkdir()
-    os.utime(old_unlocked, (time.time() - 3600, time.time() - 3600))
-    fresh_unlocked = tmpdir_root / ("kindex-" + "d" * 16 + "-x")
-    fresh_unlocked.mkdir()
-    other = tmpdir_root / "kindex-not-a-batch"
-    other.mkdir()
-    removed = remove_orphaned_workdirs()
-    assert sorted(p.name for p in removed) == sorted([dead.path.name, old_unlocked.name])
-    assert live.path.exists() and fresh_unlocked.exists() and other.exists()
-    live.remove()
-    assert not live.path.exists()
-
-
 def test_a_sigkilled_runs_folder_is_swept_by_the_next_ingestor(tmp_path, tmpdir_root):
     code = (
         "import os, signal, sys\n"
-        "from kindex_etl.ingestion.batch import WorkDir\n"
-        "w = WorkDir.create('e' * 16)\n"
+        "from kindex_etl.scratch import ScratchDir\n"
+        "w = ScratchDir.create('e' * 16)\n"
         "(w.path / 'part.parquet').write_bytes(b'x' * 1000)\n"
         "print(w.path, flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
