@@ -35,10 +35,9 @@ import pyarrow as pa
 from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
 from kindex_etl.load import delta, layout
 from kindex_etl.storage import open_store
-from tests.helpers import FIXTURES, REPO
+from tests.helpers import FIXTURES, REPO, SAMPLE_GZ
 from tests.warehouse import put_objects
 
-SAMPLE_GZ = FIXTURES / "upstream-sample" / "all_benchmark_data.csv.gz"
 # Sample releases the made series span (so they trigger no re-run of their own).
 SERIES_RELEASES = ("0.5.4", "0.5.8", "0.5.10", "0.6.0", "0.6.1", "0.6.3", "0.7.0", "0.8.0")
 STEP = [0.1] * 4 + [0.13] * 4

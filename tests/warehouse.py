@@ -19,28 +19,21 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-import pytest
 
 from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
 from kindex_etl.load import layout
 from kindex_etl.load.delta import DOCUMENT_FILES
 from kindex_etl.storage import ObjectStore, open_store
-from tests.helpers import REPO, SAMPLE_CSV, SEED_LINE, SHARED
+from tests.helpers import FIXTURES, REPO, SEED_LINE
 
 SAMPLE_ROWS = 2448
-GOLDEN_BUNDLE = SHARED / "seed" / "golden-bundle.json"
+GOLDEN_BUNDLE = FIXTURES / "golden-bundle.json"  # the same as ../shared/seed (test_golden)
 HEADER = ",".join(UPSTREAM_COLUMNS) + "\n"
 SEED_ROW = SEED_LINE + "\n"
 
 # Columns that legitimately differ between a local and an S3 run of the same data.
 VOLATILE_COLUMNS = ("source_etag",)
 _BATCH_IN_NAME = re.compile(r"part-[0-9a-f]{16}")
-
-
-def need_shared(path: Path = SAMPLE_CSV) -> Path:
-    if not path.exists():
-        pytest.skip(f"shared data not present: {path}")
-    return path
 
 
 def synthetic_csv(

@@ -10,14 +10,14 @@ import pytest
 import kindex_etl.ingestion.batch as batch_module
 from kindex_etl import IngestOptions, ingest
 from kindex_etl.ingestion import run as run_module
-from tests.warehouse import SAMPLE_CSV, assert_same_files, data_objects, need_shared, without_batch
+from tests.warehouse import SAMPLE_CSV, assert_same_files, data_objects, without_batch
 
 
 def _ingest(tmp_path: Path, name: str) -> dict[str, bytes]:
     upstream = tmp_path / "up" / "benchmark" / "data"
     if not upstream.exists():
         upstream.mkdir(parents=True)
-        shutil.copy(need_shared(SAMPLE_CSV), upstream / "all_benchmark_data.csv")
+        shutil.copy(SAMPLE_CSV, upstream / "all_benchmark_data.csv")
     run_module.forget_ingestor()  # a fresh process: no descriptors resolved yet
     wh = tmp_path / name
     summary = ingest(str(tmp_path / "up"), str(wh), IngestOptions(trigger=False))

@@ -67,7 +67,6 @@ def _csv(rows: list[dict[str, str]]) -> bytes:
 # pyarrow cannot decode a non-UTF-8 malformed row for the handler and says so on stderr
 # before failing the parse; that object is then rejected as bad_encoding.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-@pytest.mark.skipif(not SAMPLE_CSV.exists(), reason="../shared/upstream-sample is not present")
 @settings(
     max_examples=25,
     deadline=None,

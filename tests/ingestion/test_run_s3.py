@@ -25,7 +25,6 @@ from tests.warehouse import (
     assert_consistent,
     data_objects,
     documents,
-    need_shared,
     put_objects,
     tables,
     without_batch,
@@ -79,7 +78,7 @@ def test_seed_row_on_s3_equals_local(tmp_path: Path, make_bucket: Callable[[], s
 
 
 def test_seed_row_golden_bundle_on_s3(tmp_path: Path, make_bucket: Callable[[], str]) -> None:
-    golden = json.loads(need_shared(GOLDEN_BUNDLE).read_text())
+    golden = json.loads(GOLDEN_BUNDLE.read_text())
     up, wh = f"s3://{make_bucket()}", f"s3://{make_bucket()}/wh"
     put_objects(up, {UPSTREAM_KEY: (HEADER + SEED_ROW).encode()})
     ingest(up, wh, IngestOptions(trigger=False))
@@ -107,7 +106,7 @@ def test_seed_row_golden_bundle_on_s3(tmp_path: Path, make_bucket: Callable[[], 
 
 @pytest.mark.slow
 def test_sample_on_s3_equals_local(tmp_path: Path, make_bucket: Callable[[], str]) -> None:
-    csv = need_shared(SAMPLE_CSV).read_bytes()
+    csv = SAMPLE_CSV.read_bytes()
     local, remote, local_objects, s3_objects = _ingest_both(tmp_path, make_bucket, csv)
     assert _summary_counts(local) == _summary_counts(remote)
     assert remote["rows_read"] == SAMPLE_ROWS

@@ -8,7 +8,7 @@ from pathlib import Path
 from kindex_etl import IngestOptions, ingest
 from kindex_etl.ingestion import run as run_module
 from kindex_etl.normalize import dedup
-from tests.warehouse import SAMPLE_CSV, assert_same_files, data_objects, need_shared, without_batch
+from tests.warehouse import SAMPLE_CSV, assert_same_files, data_objects, without_batch
 
 
 def _ingest(up: Path, wh: Path):
@@ -28,7 +28,7 @@ def test_a_spilled_index_writes_the_same_warehouse_and_finds_redelivered_rows(
     )
     up = tmp_path / "up" / "benchmark" / "data"
     up.mkdir(parents=True)
-    shutil.copy(need_shared(SAMPLE_CSV), up / "all_benchmark_data.csv")
+    shutil.copy(SAMPLE_CSV, up / "all_benchmark_data.csv")
 
     monkeypatch.setenv("KINDEX_INDEX_SPILL", "0")
     assert _ingest(tmp_path / "up", tmp_path / "memory").runs_written == 2448

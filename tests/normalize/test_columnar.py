@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pcsv
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -91,8 +90,6 @@ def test_generated_sample_agrees():
 
 
 def test_upstream_sample_agrees():
-    if not SAMPLE_CSV.exists():
-        pytest.skip("../shared/upstream-sample is not beside this checkout")
     types = {c: pa.string() for c in UPSTREAM_COLUMNS}
     table = pcsv.read_csv(
         SAMPLE_CSV,
@@ -247,12 +244,11 @@ def test_descriptor_columns_made_per_part_equal_those_made_per_descriptor():
         row(kernel_operation_mode="backward", kernel_provider="huggingface"),
         row(liger_version="0.1.0"),
     ]
-    if SAMPLE_CSV.exists():
-        types = {c: pa.string() for c in UPSTREAM_COLUMNS}
-        rows += pcsv.read_csv(
-            SAMPLE_CSV,
-            convert_options=pcsv.ConvertOptions(column_types=types, strings_can_be_null=False),
-        ).to_pylist()
+    types = {c: pa.string() for c in UPSTREAM_COLUMNS}
+    rows += pcsv.read_csv(
+        SAMPLE_CSV,
+        convert_options=pcsv.ConvertOptions(column_types=types, strings_can_be_null=False),
+    ).to_pylist()
     table = DescriptorTable(default_catalog())
     # In pieces, as an ingest adds them: each `columns_of` converts the descriptors and parts
     # added since the last, and takes rows kept in earlier conversions too.

@@ -216,8 +216,6 @@ def test_rms_norm_rows_of_two_script_versions_share_a_workload() -> None:
 
 
 def test_rope_hidden_and_sequence_sweeps_meet_at_one_workload() -> None:
-    if not SAMPLE_CSV.exists():
-        pytest.skip("../shared/upstream-sample is not beside this checkout")
     rows = _csv(SAMPLE_CSV)
 
     def pick(x_name: str, x_value: str) -> dict[str, str]:
@@ -240,8 +238,6 @@ def test_rope_hidden_and_sequence_sweeps_meet_at_one_workload() -> None:
 
 
 def test_dead_mode_key_leaves_the_descriptor_of_sample_loss_rows() -> None:
-    if not SAMPLE_CSV.exists():
-        pytest.skip("../shared/upstream-sample is not beside this checkout")
     loss = [
         r for r in _csv(SAMPLE_CSV)
         if '"mode": "forward"' in r["extra_benchmark_config_str"]
@@ -255,7 +251,7 @@ def test_dead_mode_key_leaves_the_descriptor_of_sample_loss_rows() -> None:
 
 
 def test_every_sample_and_sdist_row_matches_a_variant_or_says_it_does_not() -> None:
-    rows = _csv(SDIST_ROWS) + (_csv(SAMPLE_CSV) if SAMPLE_CSV.exists() else [])
+    rows = _csv(SDIST_ROWS) + _csv(SAMPLE_CSV)
     unmatched = set()
     for r in rows:
         d = resolve(r)
