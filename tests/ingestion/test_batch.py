@@ -10,7 +10,8 @@ import pytest
 import kindex_etl.ingestion.batch as batch_module
 from kindex_etl import IngestOptions, ingest
 from kindex_etl.ingestion import run as run_module
-from tests.warehouse import SAMPLE_CSV, assert_same_files, data_objects, without_batch
+from tests.helpers import SAMPLE_CSV
+from tests.warehouse import assert_same_files, data_objects, without_batch
 
 
 def _ingest(tmp_path: Path, name: str) -> dict[str, bytes]:

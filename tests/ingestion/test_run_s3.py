@@ -15,11 +15,11 @@ from kindex_etl import IngestOptions, ingest
 from kindex_etl.contracts.digests import digest
 from kindex_etl.load import layout
 from kindex_etl.storage import open_store
+from tests.helpers import SAMPLE_CSV
 from tests.warehouse import (
     GOLDEN_BUNDLE,
     HEADER,
     REPO,
-    SAMPLE_CSV,
     SAMPLE_ROWS,
     SEED_ROW,
     assert_consistent,

@@ -8,7 +8,8 @@ from pathlib import Path
 from kindex_etl import IngestOptions, ingest
 from kindex_etl.ingestion import run as run_module
 from kindex_etl.normalize import dedup
-from tests.warehouse import SAMPLE_CSV, assert_same_files, data_objects, without_batch
+from tests.helpers import SAMPLE_CSV
+from tests.warehouse import assert_same_files, data_objects, without_batch
 
 
 def _ingest(up: Path, wh: Path):
