@@ -303,7 +303,6 @@ def analysis_subflow(warehouse: str, after_seq: int | None = None) -> dict[str, 
     scope = "the chained analysis" if after_seq is not None else "every series"
     progress.stage(f"looking for regressions in the warehouse ({scope})")
     found = regressions_flow(warehouse=warehouse, after_seq=after_seq)
-    # Counts and where the report is, not the changes.
-    keys = ("alerts", "new_alerts", "new_changes", "retracted", "commit", "report", "elapsed_s",
-            "report_s", "seq", "workers", "announced")  # fmt: skip
-    return {"changes": len(found["changes"]), **{k: found[k] for k in keys}}
+    keys = ("changes", "alerts", "new_alerts", "new_changes", "retracted", "commit", "report",
+            "elapsed_s", "report_s", "seq", "workers", "announced")  # fmt: skip
+    return {k: found[k] for k in keys}
