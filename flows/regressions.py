@@ -11,11 +11,13 @@ none and repeats none. The mark moves once Prefect's server has stored every eve
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NONE
 from prefect.events import emit_event
+from prefect.events.utilities import should_emit_events
 
 from kindex_etl.analysis.alerts import markdown
 from kindex_etl.analysis.announce import (
@@ -24,7 +26,7 @@ from kindex_etl.analysis.announce import (
     record_announced,
     start_announcing,
 )
-from kindex_etl.analysis.delivered import unconfirmed
+from kindex_etl.analysis.delivered import not_stored, unconfirmed, window_start
 from kindex_etl.analysis.run import Analysis, run_regressions
 from kindex_etl.config import settings
 from kindex_etl.storage import open_store
@@ -55,17 +57,21 @@ def announce(warehouse: str) -> int:
 
     store = open_store(warehouse)
     todo = pending(store)
-    sent = [emit_event(**e) for e in todo.events]
+    wait_s = settings().announce_confirm_s
+    since = window_start(todo.events, datetime.now(UTC))
+    # What an earlier attempt got stored is not sent again (automations could fire twice).
+    check = wait_s > 0 and should_emit_events()
+    to_send = not_stored(todo.events, since) if check else todo.events
+    sent = [emit_event(**e) for e in to_send]
     if any(e is not None for e in sent):  # None: this process sends no events at all
         EventsWorker.instance().wait_until_empty()
-        wait_s = settings().announce_confirm_s
-        lost = unconfirmed(todo.events, wait_s) if wait_s > 0 else []
-        if lost:
-            raise AnnouncementNotStored(
-                f"Prefect's server has not stored {len(lost)} of {len(todo.events)} "
-                f"announcement(s) after {wait_s:g} s (first: {lost[0]['event']} "
-                f"{lost[0]['id']}); the mark stays at commit {announced_through(store)}"
-            )
+    lost = unconfirmed(to_send, wait_s, since) if check else []
+    if lost:
+        raise AnnouncementNotStored(
+            f"Prefect's server has not stored {len(lost)} of {len(todo.events)} "
+            f"announcement(s) after {wait_s:g} s (first: {lost[0]['event']} "
+            f"{lost[0]['id']}); the mark stays at commit {announced_through(store)}"
+        )
     record_announced(store, todo.through)
     return len(todo.events)
 

@@ -147,10 +147,13 @@ def test_alerts_of_a_run_killed_before_it_told_anyone_are_told_by_the_next(
 def _stored(ids: list[Any]) -> set[str]:
     """The ids among `ids` that the harness' Prefect server has stored, as a consumer asks."""
     from datetime import UTC, datetime, timedelta
+    from uuid import UUID
 
-    from kindex_etl.analysis.delivered import stored
+    from kindex_etl.analysis.delivered import not_stored
 
-    return {str(i) for i in stored(ids, datetime.now(UTC) - timedelta(days=30))}
+    asked = [{"id": UUID(str(i))} for i in ids]
+    missing = {str(e["id"]) for e in not_stored(asked, datetime.now(UTC) - timedelta(days=30))}
+    return {str(i) for i in ids} - missing
 
 
 def test_a_dropped_send_is_sent_again_before_the_mark_moves(
@@ -212,3 +215,44 @@ def test_an_announcement_never_stored_fails_and_leaves_the_mark(
     monkeypatch.setattr(flows.regressions, "emit_event", send)
     assert regressions_flow(warehouse=wh)["announced"] == 1
     assert _stored(told) == {str(i) for i in told} and announced_through(open_store(wh)) == 2
+
+
+def test_what_an_earlier_attempt_got_stored_is_not_sent_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt whose events were stored only after its confirmation gave up (a slow event
+    persister) leaves the mark; the next run asks first and sends none of them again, so the
+    server's automations, which remember the ids they acted on for a while only, fire once."""
+    import time
+
+    import flows.regressions
+    from flows.regressions import regressions_flow
+    from kindex_etl.analysis.announce import announced_through
+    from kindex_etl.storage import open_store
+
+    sent: list[str] = []
+    real = flows.regressions.emit_event
+
+    def send(**kwargs: Any) -> Any:
+        sent.append(str(kwargs["id"]))
+        return real(**kwargs)
+
+    monkeypatch.setattr(flows.regressions, "emit_event", send)
+    # The persister "too slow": the confirmation reports every event missing, once.
+    monkeypatch.setattr(flows.regressions, "unconfirmed", lambda events, *_: list(events))
+    monkeypatch.setattr(
+        flows.regressions, "announce", flows.regressions.announce.with_options(retries=0)
+    )
+    wh = build_warehouse(tmp_path, [series_rows(STEP)])
+    assert regressions_flow(warehouse=wh, return_state=True).is_failed()
+    assert len(sent) == 1 and announced_through(open_store(wh)) == 1
+    deadline = time.monotonic() + 30
+    while _stored(sent) != set(sent) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _stored(sent) == set(sent)
+
+    monkeypatch.undo()  # the real confirmation again, and a fresh spy on the sends
+    monkeypatch.setattr(flows.regressions, "emit_event", send)
+    assert regressions_flow(warehouse=wh)["announced"] == 1
+    assert len(sent) == 1  # nothing sent twice
+    assert announced_through(open_store(wh)) == 2
