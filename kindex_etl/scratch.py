@@ -16,6 +16,7 @@ import fcntl
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ OWNER = ".kindex-owner"
 # Folders of versions that made them without a lock: judged by their age alone (the orphan
 # grace). Other `kindex-` folders without a lock (a GPU campaign's) are not ours to judge.
 _UNLOCKED = re.compile(
-    r"^kindex-([0-9a-f]{16}|series|points|run-ids|workers|compact-[0-9a-f]{16})-"
+    r"^kindex-([rt]?[0-9a-f]{16}|series|points|run-ids|workers|compact-[0-9a-f]{16})-"
 )
 
 
@@ -72,6 +73,23 @@ class ScratchDir:
         self.remove()
 
 
+def _owner_is_dead(path: Path) -> bool:
+    """Whether the folder's owner lock can be taken (True: its process is gone). Opened,
+    never created; not followed if a link, never blocking (a FIFO in its place would hang
+    every later run), and only a regular file counts."""
+    fd = os.open(path / OWNER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FileNotFoundError(path / OWNER)  # not a lock of ours: judged as unlocked
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+    finally:
+        os.close(fd)
+
+
 def remove_orphaned(root: Path | None = None) -> list[Path]:
     """Remove the scratch folders of dead processes under the temp folder; returns them."""
     from kindex_etl.config import settings  # lazily: worker processes import this module
@@ -83,37 +101,30 @@ def remove_orphaned(root: Path | None = None) -> list[Path]:
     except OSError:
         return removed
     now = time.time()
+    me = os.getuid()
     for path in entries:
-        if not path.name.startswith(PREFIX) or not path.is_dir() or path.is_symlink():
+        try:
+            st = path.lstat()
+        except OSError:
+            continue
+        # Only our own real folders: another user's, or a link, is none of our business.
+        if not path.name.startswith(PREFIX) or not stat.S_ISDIR(st.st_mode) or st.st_uid != me:
             continue
         try:
-            # Opened, never created: a folder without the lock file is judged below.
-            fd = os.open(path / OWNER, os.O_RDONLY)
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue  # its process is alive
-                shutil.rmtree(path, ignore_errors=True)
-            finally:
-                os.close(fd)
+            dead: bool | None = _owner_is_dead(path)
         except FileNotFoundError:
-            pass  # removed meanwhile, not ours, or a folder without its lock yet
+            dead = None  # removed meanwhile, not ours, or a folder without its lock yet
         except OSError:
             continue
-        else:
+        if dead is False:
+            continue  # its process is alive
+        # No lock: one of ours killed before it took the lock (a moment after mkdtemp), or one
+        # made by a version from before locks. Only age tells: the orphan grace (1 h).
+        if dead is None and (
+            not _UNLOCKED.match(path.name) or now - st.st_mtime <= settings().orphan_grace_s
+        ):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
             removed.append(path)
-            continue
-        try:
-            # No lock: one of ours killed before it took the lock (a moment after mkdtemp), or
-            # one made by a version from before locks. Only age tells: the orphan grace (1 h).
-            if (
-                _UNLOCKED.match(path.name)
-                and path.exists()
-                and now - path.stat().st_mtime > settings().orphan_grace_s
-            ):
-                shutil.rmtree(path, ignore_errors=True)
-                removed.append(path)
-        except OSError:
-            continue
     return removed

@@ -43,11 +43,21 @@ def test_orphans_are_removed_and_live_folders_kept(tmpdir_root: Path) -> None:
     fresh_batch = tmpdir_root / ("kindex-" + "d" * 16 + "-x")
     fresh_batch.mkdir()
     campaign = _old(tmpdir_root / "kindex-rerun-x")  # a GPU campaign's: not ours to judge
+    # A FIFO where the lock file should be (opening it to read would wait for a writer), a
+    # link to a folder, and a link as the lock: skipped, and the sweep does not hang.
+    fifo = _old(tmpdir_root / ("kindex-" + "e" * 16 + "-x"))
+    os.mkfifo(fifo / ".kindex-owner")
+    os.utime(fifo, (time.time(), time.time()))
+    target = _old(tmpdir_root / "elsewhere")
+    (tmpdir_root / ("kindex-" + "f" * 16 + "-link")).symlink_to(target)
+    linked_lock = _old(tmpdir_root / "kindex-series-y")
+    (linked_lock / ".kindex-owner").symlink_to(tmpdir_root / "elsewhere")
     removed = remove_orphaned()
     assert sorted(p.name for p in removed) == sorted(
         [dead.path.name, old_batch.name, old_spill.name]
     )
     assert live.path.exists() and fresh_batch.exists() and campaign.exists()
+    assert fifo.exists() and target.exists() and linked_lock.exists()
     with live as path:
         assert path == live.path
     assert not live.path.exists()
