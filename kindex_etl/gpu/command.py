@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -126,6 +127,8 @@ def _plan(args: argparse.Namespace) -> int:
         "slots": [asdict(s) for s in prep.slots],
         "environment": prep.environments[prep.version],
     }
+    if prep.scratch:  # the temporary folder it prepared in (sdist, installs): nothing ran
+        shutil.rmtree(prep.work, ignore_errors=True)
     print(json.dumps(plan, indent=1, sort_keys=True))
     return 0
 

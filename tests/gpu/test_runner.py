@@ -182,6 +182,16 @@ def test_a_campaign_removes_its_own_temporary_folder_once_uploaded(
         prepare(STANDIN_VERSION, kernels=["nope"], sdist=standin_sdist)
     assert len(list(scratch.iterdir())) == 1  # the failed preparation left nothing
 
+    # `rerun --plan-only` prepares (sdist, install) and prints the plan: nothing to keep.
+    from kindex_etl.cli import main
+
+    plan = [
+        "rerun", "--version", STANDIN_VERSION, "--sdist", str(standin_sdist),
+        "--kernels", "rms_norm", "--plan-only",
+    ]  # fmt: skip
+    assert main(plan) == 0
+    assert len(list(scratch.iterdir())) == 1
+
 
 def test_refuses_without_a_gpu(standin_sdist: Path, tmp_path: Path) -> None:
     # No stand-in torch: on this CPU machine torch is missing, or sees no CUDA device.
