@@ -2,7 +2,7 @@
 
 The kernel list was read off the liger-kernel 0.8.5 sdist (benchmark/scripts/benchmark_*.py);
 SCRIPT_ROWS below records the rows those scripts write, so these tests need neither the sdist
-nor network. The upstream sample under ../shared is used when present and skipped otherwise.
+nor network. The real upstream sample is the committed fixture (tests/helpers.SAMPLE_CSV).
 """
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from typing import Any
 import pytest
 
 from kindex_etl.catalog import Catalog, load_catalog
+from tests.helpers import SAMPLE_CSV
 
 NAME = re.compile(r"^[a-z][a-z0-9]*$")
-SAMPLE = (
-    Path(__file__).resolve().parents[3] / "shared" / "upstream-sample" / "all_benchmark_data.csv"
-)
+SAMPLE = SAMPLE_CSV
 
 SEED_GPUS = [
     {
@@ -194,8 +193,6 @@ def _raw_json(name: str) -> Any:
 
 
 def _sample_rows() -> list[dict[str, str]]:
-    if not SAMPLE.is_file():
-        pytest.skip(f"upstream sample not present at {SAMPLE}")
     with SAMPLE.open(newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
 
@@ -502,8 +499,6 @@ def test_baselines_are_providers_upstream_measured(catalog: Catalog) -> None:
     reference implementation finds its baseline among that kernel's providers."""
     for name, info in catalog.kernels.items():
         assert all(b and b != info.liger_provider for b in info.baseline), name
-    if not SAMPLE.is_file():
-        return
     providers: dict[str, set[str]] = {}
     with SAMPLE.open(newline="") as fh:
         for row in csv.DictReader(fh):

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import write_csv
+from tests.helpers import SAMPLE_CSV, write_csv
 
 # Before prefect is imported anywhere in this session: offline and quiet.
 os.environ.setdefault("DO_NOT_TRACK", "1")
@@ -25,14 +25,9 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL", "0.5")
 
 REPO = Path(__file__).resolve().parents[2]
-# Real upstream rows when the checkout sits beside ../shared (never required). Point
-# KINDEX_TEST_SAMPLE_CSV elsewhere (e.g. /nonexistent) to run on generated rows only.
-SHARED_SAMPLE = Path(
-    os.environ.get(
-        "KINDEX_TEST_SAMPLE_CSV",
-        REPO.parent / "shared" / "upstream-sample" / "all_benchmark_data.csv",
-    )
-)
+# Real upstream rows: the committed sample. Point KINDEX_TEST_SAMPLE_CSV elsewhere (e.g.
+# /nonexistent) to run on generated rows only.
+REAL_SAMPLE = Path(os.environ.get("KINDEX_TEST_SAMPLE_CSV", SAMPLE_CSV))
 
 
 @pytest.fixture(scope="session")
@@ -54,11 +49,11 @@ def prefect_harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 
 
 def upstream_rows() -> list[dict[str, str]]:
-    """Real upstream rows when ../shared has them (the newest four versions), else generated."""
-    if SHARED_SAMPLE.is_file():
+    """Real upstream rows (the sample's newest four versions), else generated."""
+    if REAL_SAMPLE.is_file():
         from packaging.version import Version
 
-        with SHARED_SAMPLE.open(newline="") as fh:
+        with REAL_SAMPLE.open(newline="") as fh:
             rows = list(csv.DictReader(fh))
         newest = sorted({r["liger_version"] for r in rows}, key=Version)[-4:]
         return [r for r in rows if r["liger_version"] in newest]

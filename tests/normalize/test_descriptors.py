@@ -1,6 +1,6 @@
 """Workload and protocol identity from the catalog's variant rules.
 
-Rows come from three places: the upstream sample (../shared, skipped where absent), real rows of
+Rows come from three places: the upstream sample (the committed fixture), real rows of
 the liger-kernel 0.8.5 sdist (tests/fixtures/sdist-rows/), and rows written here in the shape
 each release's script writes them (the script and lines are named beside each).
 """
