@@ -24,10 +24,9 @@ from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
 from kindex_etl.load import layout
 from kindex_etl.load.delta import DOCUMENT_FILES
 from kindex_etl.storage import ObjectStore, open_store
-from tests.helpers import FIXTURES, REPO, SEED_LINE
+from tests.helpers import REPO, SEED_LINE
 
 SAMPLE_ROWS = 2448
-GOLDEN_BUNDLE = FIXTURES / "golden-bundle.json"  # the same as ../shared/seed (test_golden)
 HEADER = ",".join(UPSTREAM_COLUMNS) + "\n"
 SEED_ROW = SEED_LINE + "\n"
 

@@ -15,9 +15,8 @@ from kindex_etl import IngestOptions, ingest
 from kindex_etl.contracts.digests import digest
 from kindex_etl.load import layout
 from kindex_etl.storage import open_store
-from tests.helpers import SAMPLE_CSV
+from tests.helpers import SAMPLE_CSV, golden_bundle
 from tests.warehouse import (
-    GOLDEN_BUNDLE,
     HEADER,
     REPO,
     SAMPLE_ROWS,
@@ -78,7 +77,7 @@ def test_seed_row_on_s3_equals_local(tmp_path: Path, make_bucket: Callable[[], s
 
 
 def test_seed_row_golden_bundle_on_s3(tmp_path: Path, make_bucket: Callable[[], str]) -> None:
-    golden = json.loads(GOLDEN_BUNDLE.read_text())
+    golden = golden_bundle()
     up, wh = f"s3://{make_bucket()}", f"s3://{make_bucket()}/wh"
     put_objects(up, {UPSTREAM_KEY: (HEADER + SEED_ROW).encode()})
     ingest(up, wh, IngestOptions(trigger=False))
