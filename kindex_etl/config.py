@@ -51,6 +51,11 @@
                              numpy array of a batch's 20k rows was a fresh mapping: 5M realistic
                              rows took 2.6M page faults and 7.5 to 8.7 s of system CPU, against
                              1.8M and 5.3 to 6.6 s at 1 MiB, for the same peak (docs/performance.md)
+    KINDEX_ARROW_DECAY_MS    how long Arrow's jemalloc keeps freed pages before giving them
+                             back (30000; Arrow's own is 1000, -1 never): each batch reuses the
+                             last one's instead of faulting fresh ones in. Read by the command and
+                             the flows before pyarrow is imported (`memory.keep_arrow_pages`; a
+                             JE_ARROW_MALLOC_CONF of the environment wins)
 
 This is the only module that reads them, so `deploy/setup.py` can carry them into the work
 pools: every one but the few marked `HOST_ONLY`, which set up the CLI's local Prefect server on the
@@ -111,6 +116,7 @@ class Settings(BaseSettings):
     descriptor_cap: int = Field(default=49_152, ge=1)
     index_spill: bool = True
     malloc_mmap_threshold: int = Field(default=1 << 20, ge=0)
+    arrow_decay_ms: int = Field(default=30_000, ge=-1)
     write_ahead: int = Field(default=4, ge=1)
     state_dir: Annotated[str, HOST_ONLY] = Field(default_factory=lambda: str(_default_state_dir()))
     local_server: Annotated[bool, HOST_ONLY] = True

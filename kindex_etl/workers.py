@@ -78,8 +78,13 @@ class Workers:
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         if self._pool is None:
+            from .memory import worker_arrow_conf
+
             self._pool = ProcessPoolExecutor(
-                self.count, mp_context=get_context("spawn"), initializer=_start_worker
+                self.count,
+                mp_context=get_context("spawn"),
+                initializer=_start_worker,
+                initargs=(worker_arrow_conf(),),
             )
         return self._pool.submit(fn, *args, **kwargs)
 
@@ -125,9 +130,11 @@ def shared(handle: str) -> Any:
         return pickle.load(fh)  # noqa: S301 (the parent's own file: see above)
 
 
-def _start_worker() -> None:
-    """Each worker's allocators as an analysis process's (`run_regressions` sets its own)."""
-    from .memory import pin_mmap_threshold, use_bulk_arrow_pool
+def _start_worker(arrow_conf: str | None) -> None:
+    """Each worker's allocators as an analysis process's (`run_regressions` sets its own).
+    Runs before the tasks' modules import pyarrow."""
+    from .memory import apply_arrow_conf, pin_mmap_threshold, use_bulk_arrow_pool
 
+    apply_arrow_conf(arrow_conf)
     pin_mmap_threshold()
     use_bulk_arrow_pool()

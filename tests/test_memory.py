@@ -1,5 +1,6 @@
 """The pinned mmap threshold: large frees go back to the system (glibc, which CI runs on); the
-collector tuned for bulk work; memory Arrow's pool keeps, handed back."""
+collector tuned for bulk work; memory Arrow's pool keeps, handed back; how long Arrow's
+jemalloc keeps freed pages."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import weakref
 from pathlib import Path
+from typing import Any
 
 from kindex_etl.config import Settings
 from kindex_etl.memory import BULK_GC_THRESHOLDS, bulk_collector
@@ -51,9 +53,9 @@ def test_pinned_large_frees_return_to_the_system():
     pinned = _churn(str(Settings.model_fields["malloc_mmap_threshold"].default))
     sliding = _churn("0")
     assert pinned["pinned"] is True and sliding["pinned"] is False
-    assert float(pinned["grown_mib"]) < 20  # type: ignore[arg-type]
+    assert float(pinned["grown_mib"]) < 20
     # The same churn under glibc's own threshold keeps most of the 200 MiB resident.
-    assert float(sliding["grown_mib"]) > 100  # type: ignore[arg-type]
+    assert float(sliding["grown_mib"]) > 100
 
 
 # Arrow arrays made and dropped: Arrow's allocator keeps the freed pages for reuse.
@@ -138,10 +140,12 @@ print(json.dumps({"has": has, "before": before, "chosen": chosen, "now": now, "s
 """
 
 
-def _pool(**env: str) -> dict[str, object]:
-    base = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+def _script(code: str, *, drop: tuple[str, ...] = (), **env: str) -> dict[str, Any]:
+    """What `code`, run in a fresh interpreter, prints as JSON; `drop`: variables to leave
+    out of this environment, `env`: to set."""
+    base = {k: v for k, v in os.environ.items() if k not in drop}
     done = subprocess.run(
-        [sys.executable, "-c", _POOL],
+        [sys.executable, "-c", code],
         env={**base, "PYTHONPATH": str(REPO), **env},
         capture_output=True,
         text=True,
@@ -150,9 +154,72 @@ def _pool(**env: str) -> dict[str, object]:
     return json.loads(done.stdout)
 
 
+def _pool(**env: str) -> dict[str, object]:
+    return _script(_POOL, drop=("ARROW_DEFAULT_MEMORY_POOL",), **env)
+
+
 def test_bulk_work_runs_on_jemalloc_unless_a_pool_was_chosen():
     ours = _pool()
     assert ours["chosen"] == ours["now"] == ("jemalloc" if ours["has"] else ours["before"])
     assert ours["sum"] == sum(range(1000))
     chosen = _pool(ARROW_DEFAULT_MEMORY_POOL="system")
     assert chosen["before"] == chosen["chosen"] == chosen["now"] == "system"
+
+
+# Arrow arrays made and dropped on jemalloc, with the decay `keep_arrow_pages` sets before
+# pyarrow is imported (as the command's and the flows' entry points do).
+_KEPT = """
+import json, time
+from kindex_etl.memory import keep_arrow_pages
+took = keep_arrow_pages()
+import pyarrow as pa, pyarrow.compute as pc
+late = keep_arrow_pages()  # pyarrow is in: too late, nothing done
+pa.set_memory_pool(pa.jemalloc_memory_pool())
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+base = pa.array(range(20_000), pa.int64())
+before = rss()
+made = [pc.add(base, i) for i in range(5000)]  # 5,000 x 156 KiB
+del made
+time.sleep(2.5)  # past Arrow's own decay (1 s)...
+for _ in range(3000):  # ...and allocations, which is when jemalloc purges what decayed
+    pc.add(base, 1)
+print(json.dumps({"took": took, "late": late, "kept_mib": (rss() - before) / 2**20}))
+"""
+
+
+def _kept(**env: str) -> dict[str, Any]:
+    drop = ("ARROW_DEFAULT_MEMORY_POOL", "JE_ARROW_MALLOC_CONF", "KINDEX_ARROW_DECAY_MS")
+    return _script(_KEPT, drop=drop, **env)
+
+
+def test_arrow_keeps_freed_pages_for_the_decay_the_settings_give():
+    kept = _kept()
+    assert kept["took"] is True and kept["late"] is False
+    # Freed pages are still there for the next batch 2.5 s on (the default decay: 30 s)...
+    assert float(kept["kept_mib"]) > 60
+    # ...where Arrow's own 1 s has given them back: the setting is what reaches jemalloc.
+    assert float(_kept(KINDEX_ARROW_DECAY_MS="1000")["kept_mib"]) < 30
+    # An allocator configuration of the environment's own wins.
+    conf = "dirty_decay_ms:1000,muzzy_decay_ms:1000"
+    assert float(_kept(JE_ARROW_MALLOC_CONF=conf)["kept_mib"]) < 30
+
+
+_WORKER_CONF = """
+import json, os
+from kindex_etl.memory import keep_arrow_pages
+keep_arrow_pages()
+from kindex_etl.workers import Workers
+with Workers(2) as pool:
+    worker = pool.submit(os.getenv, "JE_ARROW_MALLOC_CONF").result()
+print(json.dumps({"parent": os.environ.get("JE_ARROW_MALLOC_CONF"), "worker": worker}))
+"""
+
+
+def test_analysis_workers_run_on_arrows_own_decay():
+    # Kept pages bought the analysis nothing and cost each worker ~200 MiB.
+    out = _script(_WORKER_CONF, drop=("JE_ARROW_MALLOC_CONF",), KINDEX_ARROW_DECAY_MS="30000")
+    assert out == {
+        "parent": "dirty_decay_ms:30000,muzzy_decay_ms:30000",
+        "worker": "dirty_decay_ms:1000,muzzy_decay_ms:1000",
+    }

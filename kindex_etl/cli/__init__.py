@@ -16,6 +16,9 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from kindex_etl.memory import keep_arrow_pages
+
+    keep_arrow_pages()  # before anything imports pyarrow
     from kindex_etl.cli.app import main as run
 
     return run(argv)
