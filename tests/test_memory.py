@@ -223,3 +223,19 @@ def test_analysis_workers_run_on_arrows_own_decay():
         "parent": "dirty_decay_ms:30000,muzzy_decay_ms:30000",
         "worker": "dirty_decay_ms:1000,muzzy_decay_ms:1000",
     }
+
+
+# What a deployment's flow-run process does first: load the flow from its entrypoint.
+_DEPLOYED = """
+import json, os
+from prefect.flows import load_flow_from_entrypoint
+load_flow_from_entrypoint(os.environ["ENTRYPOINT"])
+print(json.dumps({"conf": os.environ.get("JE_ARROW_MALLOC_CONF")}))
+"""
+
+
+def test_a_deployed_flow_sets_the_decay_before_pyarrow_is_in():
+    entrypoint = f"{REPO / 'flows' / 'ingest.py'}:ingest_flow"  # deploy/prefect.yaml's
+    env = {"KINDEX_ARROW_DECAY_MS": "30000", "ENTRYPOINT": entrypoint}
+    out = _script(_DEPLOYED, drop=("JE_ARROW_MALLOC_CONF",), **env)
+    assert out == {"conf": "dirty_decay_ms:30000,muzzy_decay_ms:30000"}
