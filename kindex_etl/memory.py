@@ -91,7 +91,13 @@ def keep_arrow_pages() -> bool:
     global _set_conf
     if "pyarrow" in sys.modules or _ARROW_CONF in os.environ:
         return False
-    _set_conf = _decay_conf(settings().arrow_decay_ms)
+    from pydantic import ValidationError
+
+    try:
+        decay = settings().arrow_decay_ms
+    except ValidationError:
+        return False  # a setting that does not parse: the command reports it, in one line
+    _set_conf = _decay_conf(decay)
     os.environ[_ARROW_CONF] = _set_conf
     return True
 

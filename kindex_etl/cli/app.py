@@ -120,6 +120,14 @@ def _exit_code(exc: BaseException) -> int:
 
 
 def _message(exc: BaseException) -> str:
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError) and exc.title == "Settings":
+        # Which variables and why, on one line; never their values (a URL may hold a secret).
+        return "settings: " + "; ".join(
+            f"KINDEX_{'_'.join(str(part) for part in e['loc']).upper()}: {e['msg']}"
+            for e in exc.errors(include_url=False, include_input=False)
+        )
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 

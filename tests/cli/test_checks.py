@@ -56,3 +56,24 @@ def test_a_good_bucket_passes_the_check(moto_server, s3_bucket):
     from kindex_etl.cli import checks
 
     assert checks.store(f"s3://{s3_bucket}/wh", what="warehouse").url == f"s3://{s3_bucket}/wh"
+
+
+def test_a_setting_that_does_not_parse_is_one_line_from_a_fresh_process(tmp_path):
+    # A fresh interpreter: the command reads the settings before pyarrow is imported
+    # (`memory.keep_arrow_pages`), which in-process tests never reach.
+    import os
+    import subprocess
+
+    env = {**os.environ, "KINDEX_WRITE_AHEAD": "abc", "KINDEX_ARROW_DECAY_MS": "soon"}
+    env.pop("JE_ARROW_MALLOC_CONF", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "kindex_etl.cli", "ingest", "--upstream", str(tmp_path / "up"),
+         "--warehouse", str(tmp_path / "wh")],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    err = done.stderr.strip().splitlines()
+    assert done.returncode != 0
+    assert len(err) == 1 and err[0].startswith("kindex-etl: error: "), err
+    assert "KINDEX_WRITE_AHEAD: Input should be a valid integer" in err[0]
+    assert "KINDEX_ARROW_DECAY_MS" in err[0]
+    assert "abc" not in err[0] and "soon" not in err[0]  # values are not echoed
