@@ -6,8 +6,8 @@
 
 Counts active samples (threads waiting on a lock, a queue or a socket left out) over every
 process, and prints the share of samples under each kindex-etl frame (inclusive) and in each
-innermost frame (self). Without `--native`, time in C (Arrow, compression) is charged to the
-Python line that called it.
+innermost frame (self). Without py-spy's `--native`, time in C (Arrow, compression) is
+charged to the Python line that called it.
 """
 
 from __future__ import annotations

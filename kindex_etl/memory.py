@@ -69,6 +69,7 @@ def pin_mmap_threshold() -> bool:
 
 
 _ARROW_CONF = "JE_ARROW_MALLOC_CONF"
+ARROW_OWN_DECAY_MS = 1000  # Arrow's compiled-in dirty and muzzy decay
 _set_conf: str | None = None  # what `keep_arrow_pages` put in the environment
 
 
@@ -106,7 +107,7 @@ def worker_arrow_conf() -> str | None:
     """For a spawned analysis worker: Arrow's own decay, where `keep_arrow_pages` set ours
     (which the worker inherits). The analysis gained nothing from kept pages (22.9 to 24.2 s
     either way) and each worker held ~200 MiB more; None: leave the environment's."""
-    return _decay_conf(1000) if _set_conf is not None else None
+    return _decay_conf(ARROW_OWN_DECAY_MS) if _set_conf is not None else None
 
 
 def apply_arrow_conf(conf: str | None) -> None:

@@ -37,16 +37,25 @@ print(json.dumps({"pinned": pinned, "grown_mib": (rss() - before) / 2**20}))
 """
 
 
-def _churn(threshold: str) -> dict[str, object]:
-    # Without glibc's own knobs: any MALLOC_*_ variable also stops the sliding (Dask's nanny
-    # puts MALLOC_TRIM_THRESHOLD_ into the environment of the process that starts a cluster).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    env.pop("GLIBC_TUNABLES", None)
-    env.update(KINDEX_MALLOC_MMAP_THRESHOLD=threshold, PYTHONPATH=str(REPO))
+def _script(code: str, *, drop: tuple[str, ...] = (), **env: str) -> dict[str, Any]:
+    """What `code`, run in a fresh interpreter, prints as JSON; `drop`: variables to leave
+    out of this environment, `env`: to set."""
+    base = {k: v for k, v in os.environ.items() if k not in drop}
     done = subprocess.run(
-        [sys.executable, "-c", _CHURN], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code],
+        env={**base, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return json.loads(done.stdout)
+
+
+def _churn(threshold: str) -> dict[str, Any]:
+    # Without glibc's own knobs: any MALLOC_*_ variable also stops the sliding (Dask's nanny
+    # puts MALLOC_TRIM_THRESHOLD_ into the environment of the process that starts a cluster).
+    drop = (*(k for k in os.environ if k.startswith("MALLOC_")), "GLIBC_TUNABLES")
+    return _script(_CHURN, drop=drop, KINDEX_MALLOC_MMAP_THRESHOLD=threshold)
 
 
 def test_pinned_large_frees_return_to_the_system():
@@ -78,11 +87,7 @@ print(json.dumps({"kept_mib": (freed - before) / 2**20, "after_mib": (rss() - be
 def test_released_memory_leaves_the_process():
     # mimalloc, Arrow's default: it kept all 300 MiB here. (jemalloc, which bulk work uses
     # where it can, kept ~96 MiB of them, and `release_unused` did not shrink that.)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}
-    done = subprocess.run(
-        [sys.executable, "-c", _CACHED], env=env, capture_output=True, text=True, check=True
-    )
-    out = json.loads(done.stdout)
+    out = _script(_CACHED, ARROW_DEFAULT_MEMORY_POOL="mimalloc")
     # Freed but still resident (the premise), then given back.
     assert out["kept_mib"] > 200
     assert out["after_mib"] < 50
@@ -138,20 +143,6 @@ now = pa.default_memory_pool().backend_name
 total = pa.compute.sum(arr).as_py()
 print(json.dumps({"has": has, "before": before, "chosen": chosen, "now": now, "sum": total}))
 """
-
-
-def _script(code: str, *, drop: tuple[str, ...] = (), **env: str) -> dict[str, Any]:
-    """What `code`, run in a fresh interpreter, prints as JSON; `drop`: variables to leave
-    out of this environment, `env`: to set."""
-    base = {k: v for k, v in os.environ.items() if k not in drop}
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        env={**base, "PYTHONPATH": str(REPO), **env},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return json.loads(done.stdout)
 
 
 def _pool(**env: str) -> dict[str, object]:
