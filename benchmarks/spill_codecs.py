@@ -3,7 +3,7 @@
     python benchmarks/spill_codecs.py --warehouse /tmp/kb39/warehouse [--codec lz4 none zstd]
 
 Splits the warehouse's runs into bucket spill files exactly as a full analysis does
-(`RunSource.split`, one process), once per codec, then reads every file back (`read_ipc`),
+(`RunSource.split`, one process), once per codec, then reads every file back (`read_bucket`),
 and prints one JSON line per codec. The spill folder is the temp folder's. Make the warehouse
 with `bench_ingest.py --keep`; the machine is shared, so compare codecs within one run.
 """
@@ -31,8 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from kindex_etl.analysis import series
-    from kindex_etl.analysis.series import RUN_COLUMNS, RunSource
-    from kindex_etl.analysis.spill import read_ipc
+    from kindex_etl.analysis.series import RUN_COLUMNS, RunSource, read_bucket
     from kindex_etl.storage import open_store
 
     source = RunSource.open(open_store(args.warehouse))
@@ -46,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             paths = source.split(files, RUN_COLUMNS, digits, folder)
             split_s = time.perf_counter() - start
             start = time.perf_counter()
-            rows = sum(read_ipc(path).num_rows for path in paths)
+            rows = sum(read_bucket(path).num_rows for path in paths)
             read_s = time.perf_counter() - start
             size = sum(path.stat().st_size for path in paths)
         finally:

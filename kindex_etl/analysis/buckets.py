@@ -24,8 +24,15 @@ from ..storage import open_store
 from ..workers import Workers, shared
 from .calibration import TIMER, Calibration, SeriesClass
 from .detect import detect, release_points
-from .series import RUN_COLUMNS, Machine, RunSource, Touched, version_order, with_series
-from .spill import read_ipc
+from .series import (
+    RUN_COLUMNS,
+    Machine,
+    RunSource,
+    Touched,
+    read_bucket,
+    version_order,
+    with_series,
+)
 
 
 @dataclass(frozen=True)
@@ -162,7 +169,7 @@ def _split_share(state: str, files: list[str], digits: int, folder: str) -> list
 def _analyse_pieces(state: str, pieces: list[str]) -> Findings:
     """One bucket, from the pieces each worker's split wrote of it (removed once read)."""
     s: _State = shared(state)
-    tables = [read_ipc(Path(p)) for p in pieces]
+    tables = [read_bucket(Path(p)) for p in pieces]
     # Each worker's spill has its first file's schema; one process casts all to one.
     runs = pa.concat_tables([t.cast(tables[0].schema) for t in tables])
     bucket = with_series(runs, s.machines, s.ranks, s.work.history)

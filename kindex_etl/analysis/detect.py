@@ -367,7 +367,7 @@ def detect(
     metas = _columns(p.table, SERIES_META).take(first_runs).to_pylist()
     at_points = _columns(p.table, POINT_FIELDS).take(pa.array(p.release_start))
     cols = _Columns(
-        p.table.column("external_id").to_pylist(),
+        p.table.column("external_id"),
         {name: at_points.column(name).to_pylist() for name in POINT_FIELDS},
         p.log_mean.tolist(),
         p.release_count.tolist(),
@@ -408,7 +408,7 @@ _NULL_TYPES = {"commit_position": pa.int64(), "release_rank": pa.int32()}
 
 @dataclass(frozen=True)
 class _Columns:
-    external_id: list[str]
+    external_id: pa.ChunkedArray  # the changes' runs are a fraction of a bucket's: sliced
     point: dict[str, list[Any]]  # POINT_FIELDS, one value per point
     log_mean: list[float]
     release_count: list[int]
@@ -542,7 +542,7 @@ def _row(
 
     def runs_of(release: int) -> list[str]:
         start = cols.release_start[r0 + release]
-        return cols.external_id[start : start + cols.release_count[r0 + release]]
+        return cols.external_id.slice(start, cols.release_count[r0 + release]).to_pylist()
 
     def at(release: int, name: str) -> Any:
         return cols.point[name][r0 + release]

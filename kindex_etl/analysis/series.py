@@ -34,7 +34,6 @@ from ..extract.history import History, default_history
 from ..load.writers import groups_by_code
 from ..scratch import ScratchDir
 from ..storage import NotFound, ObjectStore
-from .spill import read_ipc
 
 SERIES_FIELDS = (
     "kernel",
@@ -84,6 +83,15 @@ RUN_COLUMNS = [
     "commit_sha",
     "commit_position",
 ]
+# The strings of RUN_COLUMNS that repeat from run to run (all but the run's own id): a full
+# analysis reads them as dictionaries and splits and spills their indices, and a bucket's are
+# decoded once, when it is read back. As strings they were 60 % of the bytes that the split
+# copied, compressed, wrote and read again (612 bytes a run against 241 as read here).
+REPEATING_COLUMNS = (
+    "status", "kernel", "operation_mode", "metric", "provider", "workload_digest",
+    "workload_slug", "protocol_digest", "environment_digest", "gpu_name", "liger_version",
+    "x_value", "source_kernel", "origin", "commit_sha",
+)  # fmt: skip
 # Columns that warehouses written before them lack: read as nulls there.
 _OPTIONAL = {
     "source_kernel": pa.string(),
@@ -194,10 +202,14 @@ def read_parquet(store: ObjectStore, key: str, columns: list[str] | None = None)
 
 
 def iter_parquet(
-    store: ObjectStore, key: str, columns: list[str] | None = None
+    store: ObjectStore,
+    key: str,
+    columns: list[str] | None = None,
+    dictionaries: Iterable[str] = (),
 ) -> Iterator[pa.Table]:
-    """A Parquet object's row groups, one table each, in order."""
-    source = pq.ParquetFile(_parquet_source(store, key))
+    """A Parquet object's row groups, one table each, in order; `dictionaries`: string
+    columns read as dictionary arrays."""
+    source = pq.ParquetFile(_parquet_source(store, key), read_dictionary=list(dictionaries))
     wanted = _present(source.schema_arrow.names, columns)
     for i in range(source.num_row_groups):
         yield _completed(source.read_row_group(i, columns=wanted), columns)
@@ -223,20 +235,21 @@ def _bucket_of(joined: str, digits: int) -> str:
 
 def _split_by_group(table: pa.Table, digits: int) -> Iterator[tuple[str, pa.Table]]:
     """(bucket name, its rows in their order): runs of one series always share a bucket."""
-    joined = pc.binary_join_element_wise(
-        *[table.column(f) for f in BUCKET_FIELDS],
-        _SEP,
-        null_handling="replace",
-        null_replacement=_NULL,
-    )
-    encoded = joined.combine_chunks().dictionary_encode()
+    fields = [_codes(table.column(f)) for f in BUCKET_FIELDS]
+    key = np.zeros(table.num_rows, np.int64)
+    size = 1
+    for codes, values in fields:
+        if size * len(values) >= 2**62:
+            size, key = _renumbered(key)
+        key, size = key * len(values) + codes, size * len(values)
     # A row group holds a few thousand distinct groups at most: each hashed once.
-    buckets = [_bucket_of(v, digits) for v in encoded.dictionary.to_pylist()]
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    buckets = [
+        bucket_name([values[codes[row]] for codes, values in fields], digits) for row in first
+    ]
     names = sorted(set(buckets))
     code_of = {name: i for i, name in enumerate(names)}
-    codes = np.array([code_of[b] for b in buckets], np.int64)[
-        encoded.indices.to_numpy(zero_copy_only=False)
-    ]
+    codes = np.array([code_of[b] for b in buckets], np.int64)[inverse.reshape(-1)]
     # One take into bucket order, then zero-copy slices: a take per bucket (256 of them per
     # row group) cost twice as much over 4.4M runs.
     groups = list(groups_by_code(codes))
@@ -247,6 +260,21 @@ def _split_by_group(table: pa.Table, digits: int) -> Iterator[tuple[str, pa.Tabl
     for code, rows in groups:
         yield names[code], ordered.slice(start, len(rows))
         start += len(rows)
+
+
+def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str | None]]:
+    """A column as codes into its distinct values, the last of them null."""
+    arr = column.combine_chunks()
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    values = [*arr.dictionary.to_pylist(), None]
+    codes = arr.indices.fill_null(len(values) - 1).to_numpy(zero_copy_only=False)
+    return codes.astype(np.int64, copy=False), values
+
+
+def _renumbered(key: np.ndarray) -> tuple[int, np.ndarray]:
+    distinct, inverse = np.unique(key, return_inverse=True)
+    return len(distinct), inverse.reshape(-1).astype(np.int64, copy=False)
 
 
 @dataclass(frozen=True)
@@ -559,7 +587,7 @@ class RunSource:
             for path in self.split(files, cols, digits, tmp):
                 # Not bound to a name here: a suspended generator would keep the bucket's
                 # unsorted runs alive beside the sorted ones while the caller analyses them.
-                yield with_series(read_ipc(path), machines, ranks, self.history)
+                yield with_series(read_bucket(path), machines, ranks, self.history)
 
     def machines(self) -> dict[str, Machine]:
         return environment_classes(self.store, self.snapshot)
@@ -576,11 +604,14 @@ class RunSource:
             digits += 1
         return digits
 
-    def row_groups(self, key: str, cols: list[str]) -> Iterator[pa.Table]:
+    def row_groups(
+        self, key: str, cols: list[str], dictionaries: Iterable[str] = ()
+    ) -> Iterator[pa.Table]:
         """A runs file's row groups; with `only`, the touched series' rows of the row groups
-        whose kernel statistics can hold one (the others are not read)."""
+        whose kernel statistics can hold one (the others are not read). `dictionaries`:
+        string columns read as dictionary arrays (a full read only)."""
         if self.only is None:
-            yield from iter_parquet(self.store, key, cols)
+            yield from iter_parquet(self.store, key, cols, dictionaries)
             return
         source = pq.ParquetFile(_parquet_source(self.store, key))
         wanted = _present(source.schema_arrow.names, cols)
@@ -621,13 +652,16 @@ class RunSource:
 
     def split(self, files: list[str], cols: list[str], digits: int, folder: Path) -> list[Path]:
         """Spill the runs of `files` into one Arrow IPC file per bucket in `folder`; their
-        paths, in bucket-name order (the file's stem is the bucket's name)."""
+        paths, in bucket-name order (the file's stem is the bucket's name; `read_bucket`
+        reads one back)."""
         folder.mkdir(parents=True, exist_ok=True)
         spill: _BucketFiles | None = None
+        repeating = [c for c in cols if c in REPEATING_COLUMNS]
         # A row group at a time (a compacted release file holds a million runs or more),
         # each split into its buckets by one sort, not one filter pass per bucket.
         for key in files:
-            for table in self.row_groups(key, cols):
+            for table in self.row_groups(key, cols, repeating if self.only is None else ()):
+                table = _encoded(table, repeating)
                 if spill is None:
                     spill = _BucketFiles(folder, table.schema)
                 table = table.cast(spill.schema)
@@ -643,6 +677,28 @@ SPILL_BATCH_ROWS = 16_384
 SPILL_BUFFER_BYTES = 64 * 2**20
 
 
+def _encoded(table: pa.Table, columns: Iterable[str]) -> pa.Table:
+    """`columns` of `table` as dictionary arrays (a warehouse's older files lack some of them:
+    those are read as null strings), so that every row group spills with one schema."""
+    for name in columns:
+        at = table.schema.get_field_index(name)
+        if not pa.types.is_dictionary(table.schema.field(at).type):
+            table = table.set_column(at, name, table.column(name).dictionary_encode())
+    return table
+
+
+def read_bucket(path: Path) -> pa.Table:
+    """A bucket file of `RunSource.split`, its dictionary columns decoded: each row group's
+    pieces came with their own dictionaries (an IPC stream, which allows that)."""
+    with pa.memory_map(str(path)) as source:
+        table = ipc.open_stream(source).read_all()
+    decoded = pa.schema(
+        f.with_type(f.type.value_type) if pa.types.is_dictionary(f.type) else f
+        for f in table.schema
+    )
+    return table.cast(decoded)
+
+
 class _BucketFiles:
     """The buckets' spill files, written in batches of `SPILL_BATCH_ROWS` rows or more.
 
@@ -654,7 +710,7 @@ class _BucketFiles:
 
     def __init__(self, folder: Path, schema: pa.Schema) -> None:
         self.folder, self.schema = folder, schema
-        self._writers: dict[str, ipc.RecordBatchFileWriter] = {}
+        self._writers: dict[str, ipc.RecordBatchStreamWriter] = {}
         self._pending: dict[str, list[pa.Table]] = {}
         self._rows: dict[str, int] = {}
         self._bytes = 0
@@ -683,7 +739,7 @@ class _BucketFiles:
         writer = self._writers.get(name)
         if writer is None:
             path = self._path(name)
-            writer = self._writers[name] = ipc.new_file(path, self.schema, options=_SPILL_OPTIONS)
+            writer = self._writers[name] = ipc.new_stream(path, self.schema, options=_SPILL_OPTIONS)
         writer.write_table(pa.concat_tables(parts).combine_chunks())
 
     def close(self) -> list[Path]:
@@ -697,4 +753,4 @@ class _BucketFiles:
         return [self._path(name) for name in names]
 
     def _path(self, name: str) -> Path:
-        return self.folder / f"{name}.arrow"
+        return self.folder / f"{name}.arrows"
