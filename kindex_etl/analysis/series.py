@@ -656,11 +656,13 @@ class RunSource:
         reads one back)."""
         folder.mkdir(parents=True, exist_ok=True)
         spill: _BucketFiles | None = None
-        repeating = [c for c in cols if c in REPEATING_COLUMNS]
+        # An hourly read (`only`) is a few row groups: its strings stay strings, not encoded
+        # on the way in to be decoded on the way out.
+        repeating = [c for c in cols if c in REPEATING_COLUMNS] if self.only is None else []
         # A row group at a time (a compacted release file holds a million runs or more),
         # each split into its buckets by one sort, not one filter pass per bucket.
         for key in files:
-            for table in self.row_groups(key, cols, repeating if self.only is None else ()):
+            for table in self.row_groups(key, cols, repeating):
                 table = _encoded(table, repeating)
                 if spill is None:
                     spill = _BucketFiles(folder, table.schema)

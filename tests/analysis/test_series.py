@@ -232,7 +232,9 @@ def test_dictionary_columns_split_and_read_back_as_their_strings(tmp_path: Path)
     plain = [(n, p.column("n").to_pylist()) for n, p in _split_by_group(table, 1)]
     assert [(n, p.column("n").to_pylist()) for n, p in _split_by_group(encoded, 1)] == plain
     spill = series._BucketFiles(tmp_path, encoded.schema)
-    for half in (encoded.slice(0, 3), _encoded_again(table.slice(3), names)):
+    # The second half encoded on its own, as another row group is: its own dictionaries in
+    # the same bucket (an IPC file would refuse the replacement).
+    for half in (encoded.slice(0, 3), series._encoded(table.slice(3), names)):
         for name, part in _split_by_group(half, 1):
             spill.add(name, part, 0)
     back = {p.stem: series.read_bucket(p) for p in spill.close()}
@@ -241,8 +243,3 @@ def test_dictionary_columns_split_and_read_back_as_their_strings(tmp_path: Path)
         assert got.schema == table.schema
         rows = table.take(pa.array(got.column("n").to_pylist()))
         assert got.equals(rows)
-
-
-def _encoded_again(table: pa.Table, names: list[str]) -> pa.Table:
-    # Another row group: its own dictionaries (an IPC file would refuse the replacement).
-    return series._encoded(table, names)
