@@ -40,7 +40,7 @@ from .assets import plotly_js, write_assets
 from .charts import kernel_page
 from .fields import group_of
 from .matrix import LEGEND, Matrix, kernel_by_gpu, release_by_kernel
-from .page import gpu_label, num, page, text
+from .page import GPU_FIELDS, gpu_labels, num, page, present, text
 from .triage import FalseAlarms, measured_false_alarms, read_verdicts
 
 PREFIX = layout.REPORTS
@@ -245,33 +245,25 @@ def kernel_part(
 ) -> KernelPart:
     """A kernel's page from its release points and changes (its page reads only its own
     changes' dates and runs from `ctx`, so a worker's copy of `ctx` draws the same page)."""
-    machine = [
-        tuple(t)
-        for t in frame[["gpu_product", "gpu_form_factor", "gpu_name"]]
-        .astype(object)
-        .itertuples(index=False, name=None)
-    ]
-    labels = {
-        m: gpu_label(dict(zip(("gpu_product", "gpu_form_factor", "gpu_name"), m, strict=True)))
-        for m in set(machine)
-    }
-    gpus = [labels[m] for m in machine]
-    releases = set(zip(gpus, frame["liger_version"].astype(str), strict=True))
+    # Columns as lists first: iterating pandas' Arrow-backed columns goes value by value.
+    series_keys, versions = _column(frame, "series_key"), _column(frame, "liger_version")
+    gpus = gpu_labels(_column(frame, c) for c in GPU_FIELDS)
+    releases = set(zip(gpus, map(str, versions), strict=True))
     summary = {
-        "series": int(frame["series_key"].nunique()),
+        "series": len({k for k in series_keys if present(k)}),
         "gpus": sorted(set(gpus)),
         "newest": max((r for _, r in releases), key=version_order),
     }
     dates: dict[tuple[str, str], str] = {}
     if "observed_at" in frame.columns and changes:
         wanted = {(str(c["series_key"]), text(c.get("after_release"))) for c in changes}
-        keys = list(zip(frame["series_key"], frame["liger_version"].astype(str), strict=True))
+        keys = list(zip(series_keys, map(str, versions), strict=True))
         hit = [key in wanted for key in keys]
         stamps = pd.to_datetime(frame.loc[hit, "observed_at"], utc=True).dt.strftime(
             "%Y-%m-%d %H:%M"
         )
-        for key, when in zip((k_ for k_, h in zip(keys, hit, strict=True) if h), stamps,
-                             strict=True):  # fmt: skip
+        for key, when in zip((k_ for k_, h in zip(keys, hit, strict=True) if h),
+                             stamps.to_numpy().tolist(), strict=True):  # fmt: skip
             if isinstance(when, str):
                 dates[key] = when
     ctx.dates.update(dates)
@@ -280,6 +272,11 @@ def kernel_part(
         kernel, frame, changes, speedups, ctx, plotly=plotly, min_effect=min_effect
     )
     return KernelPart(page_html, releases, summary, dates, speedups)
+
+
+def _column(frame: pd.DataFrame, name: str) -> list[Any]:
+    """A column's values as a list (absent values as pandas hands them: None or NaN)."""
+    return frame[name].to_numpy().tolist()
 
 
 def _kernel_parts(

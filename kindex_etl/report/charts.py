@@ -17,6 +17,7 @@ from functools import lru_cache
 from html import escape
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from ..analysis.series import version_order
@@ -31,7 +32,7 @@ from .fields import (
     group_of,
     series_anchor,
 )
-from .page import gpu_label, num, page, text
+from .page import GPU_FIELDS, gpu_label, gpu_labels, num, page, present, text
 
 SCALE = {"speed": (1e3, "µs"), "memory": (1024 * 1024, "MiB")}
 MODE_ORDER = {"full": 0, "forward": 1, "backward": 2}
@@ -76,31 +77,63 @@ def _x_order(points: Sequence[Record]) -> list[str]:
     return sorted(keys, key=lambda label: keys[label])
 
 
+def minute_stamps(column: pd.Series) -> list[str]:
+    """UTC times as `YYYY-MM-DD HH:MM` ("" where absent), through numpy: pandas' strftime
+    formats value by value."""
+    utc = pd.to_datetime(column, utc=True).dt.tz_localize(None).to_numpy()
+    stamps = np.datetime_as_string(utc.astype("datetime64[m]"), unit="m").tolist()
+    return ["" if s == "NaT" else s.replace("T", " ") for s in stamps]
+
+
+def _texts(values: list[Any]) -> list[str]:
+    """`text` of each value, once per distinct value (they repeat from point to point)."""
+    seen: dict[Any, str] = {}
+    out = []
+    for v in values:
+        t = seen.get(v)
+        if t is None:
+            t = seen[v] = text(v)
+        out.append(t)
+    return out
+
+
+def _firsts(columns: list[list[Any]], rows: int) -> list[str]:
+    """`fields.first` row by row over columns given in the order of its names."""
+    if not columns:
+        return [""] * rows
+    out = _texts(columns[0])
+    for more in columns[1:]:
+        out = [a or b for a, b in zip(out, _texts(more), strict=True)]
+    return out
+
+
 def _records(frame: pd.DataFrame) -> list[Record]:
     """The kernel's release points as plain dicts (converted once: per-workload pandas calls
     were most of a report's time), each with its x label, commit, origin, date and GPU."""
-    if "observed_at" in frame.columns:
-        stamps = pd.to_datetime(frame["observed_at"], utc=True).dt.strftime("%Y-%m-%d %H:%M")
-        dates = stamps.fillna("").tolist()
-    else:
-        dates = [""] * len(frame)
-    # Column by column (Arrow-backed columns convert fast; to_dict's row iteration did not).
+    n = len(frame)
+    dates = minute_stamps(frame["observed_at"]) if "observed_at" in frame.columns else [""] * n
+    # Column by column, through numpy (iterating Arrow-backed columns goes value by value),
+    # and the derived fields per column too: a dict per point is what costs.
     wanted = [c for c in (*POINT_FIELDS, *POINT_COMMIT, *ORIGIN) if c in frame.columns]
-    values = [frame[c].tolist() for c in wanted]
-    rows: list[Record] = [dict(zip(wanted, row, strict=True)) for row in zip(*values, strict=True)]
-    gpus: dict[tuple[Any, ...], str] = {}
-    for r, date in zip(rows, dates, strict=True):
-        commit = first(r, POINT_COMMIT)
-        r["commit"] = commit
-        r["origin"] = first(r, ORIGIN)
-        r["x_label"] = f"{r['liger_version']} · {commit[:7]}" if commit else str(r["liger_version"])
-        r["date"] = date
-        gpu = (r.get("gpu_product"), r.get("gpu_form_factor"), r.get("gpu_name"))
-        if gpu not in gpus:
-            gpus[gpu] = gpu_label(r)
-        r["gpu"] = gpus[gpu]
-        r["mode"] = text(r.get("operation_mode"))
-        r["software"] = text(r.get("software_class"))
+    values = {c: frame[c].to_numpy().tolist() for c in wanted}
+    commits = _firsts([values[c] for c in POINT_COMMIT if c in values], n)
+    origins = _firsts([values[c] for c in ORIGIN if c in values], n)
+    versions = [str(v) for v in values.get("liger_version", [None] * n)]
+    labels = [f"{v} · {c[:7]}" if c else v for v, c in zip(versions, commits, strict=True)]
+    derived = {
+        "commit": commits,
+        "origin": origins,
+        "x_label": labels,
+        "date": dates,
+        "gpu": gpu_labels(values.get(c, [None] * n) for c in GPU_FIELDS),
+        "mode": _texts(values.get("operation_mode", [None] * n)),
+        "software": _texts(values.get("software_class", [None] * n)),
+    }
+    keys = [*values, *derived]
+    rows: list[Record] = [
+        dict(zip(keys, row, strict=True))
+        for row in zip(*values.values(), *derived.values(), strict=True)
+    ]
     rows.sort(key=lambda r: (str(r["series_key"]), int(r["release_rank"]), r["date"]))
     return rows
 
@@ -381,21 +414,22 @@ def _xkey(x: Any) -> tuple[int, float, str]:
         return (1, 0.0, str(x))
 
 
-def _version_key(column: pd.Series) -> pd.Series:
-    return column.map(lambda v: _version(str(v)))
+def _absent_last(v: Any) -> tuple[bool, str]:
+    """A sort key that puts absent values last, as pandas' groupby and sort did."""
+    return (not present(v), str(v) if present(v) else "")
 
 
-def _speedup_trace(base: str, b: pd.DataFrame) -> dict[str, Any]:
+def _speedup_trace(base: str, b: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """liger's speed-up over one baseline across releases, with its 95 % interval."""
-    y = [float(v) for v in b["speedup"]]
-    high = [1 / float(v) for v in b["ratio_low"]]
-    low = [1 / float(v) for v in b["ratio_high"]]
+    y = [float(r["speedup"]) for r in b]
+    high = [1 / float(r["ratio_low"]) for r in b]
+    low = [1 / float(r["ratio_high"]) for r in b]
     color = provider_color(base)
-    releases = [str(r) for r in b["liger_version"]]
+    releases = [str(r["liger_version"]) for r in b]
     text_ = [
         f"liger vs {escape(base)}<br>release {escape(r)}<br>"
         f"×{v:.3g} [{lo:.3g}, {h:.3g}] over {int(n)} workloads"
-        for r, v, lo, h, n in zip(releases, y, low, high, b["pairs"], strict=True)
+        for r, v, lo, h, n in zip(releases, y, low, high, (r["pairs"] for r in b), strict=True)
     ]
     return {
         "type": "scatter",
@@ -418,25 +452,46 @@ def _speedup_trace(base: str, b: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def _release_of(row: Mapping[str, Any]) -> tuple[int, Any]:
+    return _version(str(row["liger_version"]))
+
+
+def _grouped(rows: Sequence[Record], *names: str) -> dict[tuple[Any, ...], list[Record]]:
+    """Rows by the values of `names`, in the rows' order (plain dicts: a pandas groupby per
+    machine, metric and baseline was a fifth of a kernel page's time)."""
+    out: dict[tuple[Any, ...], list[Record]] = {}
+    for r in rows:
+        out.setdefault(tuple(r.get(n) for n in names), []).append(r)
+    return out
+
+
 def _speedup_section(speedups: Sequence[Mapping[str, Any]], charts: _Charts) -> str:
     if not speedups:
         return '<p class="note">no baseline measured on the same workloads</p>'
-    frame = pd.DataFrame(list(speedups))
-    frame["gpu"] = [gpu_label(r) for r in speedups]
-    out, single = [], []
-    for (gpu, software), g in frame.groupby(["gpu", "software_class"], dropna=False, sort=True):
-        if g["liger_version"].nunique() < 2:
-            single.append(g)
+    rows = [{**r, "gpu": gpu_label(r)} for r in speedups]
+    out: list[str] = []
+    single: list[Record] = []
+    machines = _grouped(rows, "gpu", "software_class")
+    for gpu, software in sorted(machines, key=lambda k: (k[0], _absent_last(k[1]))):
+        g = machines[(gpu, software)]
+        if len({r["liger_version"] for r in g if present(r["liger_version"])}) < 2:
+            single.extend(g)
             continue
         options = []
-        for (metric, mode), m in sorted(
-            g.groupby(["metric", "operation_mode"], dropna=False),
-            key=lambda t: (t[0][0] != "speed", MODE_ORDER.get(text(t[0][1]), 9)),
-        ):
-            categories = sorted(set(m["liger_version"]), key=version_order)
+        passes = _grouped(g, "metric", "operation_mode")
+        for metric, mode in sorted(
+            passes,
+            key=lambda k: (
+                k[0] != "speed", MODE_ORDER.get(text(k[1]), 9), _absent_last(k[0]),
+                _absent_last(k[1]),
+            ),
+        ):  # fmt: skip
+            m = passes[(metric, mode)]
+            categories = sorted({r["liger_version"] for r in m}, key=version_order)
+            bases = _grouped(m, "baseline")
             traces = [
-                _speedup_trace(str(base), b.sort_values("liger_version", key=_version_key))
-                for base, b in m.groupby("baseline", sort=True)
+                _speedup_trace(str(base), sorted(bases[(base,)], key=_release_of))
+                for (base,) in sorted(bases, key=lambda k: _absent_last(k[0]))
             ]
             label = "× faster" if metric == "speed" else "× smaller"
             title = f"{metric} · {text(mode)}: {label} than the baseline (above 1: liger wins)"
@@ -447,26 +502,30 @@ def _speedup_section(speedups: Sequence[Mapping[str, Any]], charts: _Charts) -> 
         heading = gpu if text(software) in ("", "upstream") else f"{gpu} · {software}"
         out.append(charts.box(heading, options, 0, pick="metric · pass"))
     if single:
-        out.append(_single_speedup_table(pd.concat(single), opened=not out))
+        out.append(_single_speedup_table(single, opened=not out))
     return "".join(out)
 
 
-def _single_speedup_table(frame: pd.DataFrame, *, opened: bool) -> str:
-    rows = "".join(
+def _single_speedup_table(rows: Sequence[Record], *, opened: bool) -> str:
+    ordered = sorted(
+        rows,
+        key=lambda r: tuple(
+            _absent_last(r.get(c)) for c in ("gpu", "metric", "operation_mode", "baseline")
+        ),
+    )
+    cells = "".join(
         f"<tr><td>{escape(text(r['gpu']))}</td><td>{escape(text(r['liger_version']))}</td>"
         f"<td>{escape(text(r['metric']))}</td><td>{escape(text(r['operation_mode']))}</td>"
         f"<td>{escape(text(r['baseline']))}</td>"
         f'<td class="num">{float(r["speedup"]):.3g}× [{1 / float(r["ratio_high"]):.3g}, '
         f'{1 / float(r["ratio_low"]):.3g}]</td><td class="num">{int(r["pairs"])}</td></tr>'
-        for r in frame.sort_values(["gpu", "metric", "operation_mode", "baseline"]).to_dict(
-            "records"
-        )
+        for r in ordered
     )
     return (
         f"<details{' open' if opened else ''}><summary>Measured at one release only</summary>"
         "<table><thead><tr><th>GPU</th><th>release</th><th>metric</th><th>pass</th>"
         "<th>baseline</th><th>liger's speed-up [95 %]</th><th>workloads</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table></details>"
+        f"<tbody>{cells}</tbody></table></details>"
     )
 
 

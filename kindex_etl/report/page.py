@@ -223,6 +223,17 @@ def gpu_label(row: Any) -> str:
     return f"{product} {ff}" if ff else product
 
 
+GPU_FIELDS = ("gpu_product", "gpu_form_factor", "gpu_name")
+
+
+def gpu_labels(columns: Any) -> list[str]:
+    """`gpu_label` of each row of the three `GPU_FIELDS` columns (lists, in that order), once
+    per distinct machine."""
+    machines = list(zip(*columns, strict=True))
+    labels = {m: gpu_label(dict(zip(GPU_FIELDS, m, strict=True))) for m in set(machines)}
+    return [labels[m] for m in machines]
+
+
 def num(v: Any, digits: int = 3) -> str:
     if not present(v):
         return "-"
