@@ -130,7 +130,7 @@ def analyse_buckets(
     folder = workers.folder() / "series"
     shares = _shares(files, rows, workers.count)
     split = [
-        workers.submit(_split_share, state, share, digits, str(folder / f"w{i}"))
+        workers.submit(_split_share, state, share, digits, str(folder / f"w{i}"), len(shares))
         for i, share in enumerate(shares)
     ]
     pieces: dict[str, list[str]] = {}
@@ -161,9 +161,12 @@ class _State:
                          only=self.only)  # fmt: skip
 
 
-def _split_share(state: str, files: list[str], digits: int, folder: str) -> list[str]:
+def _split_share(
+    state: str, files: list[str], digits: int, folder: str, processes: int
+) -> list[str]:
     source = shared(state).source()
-    return [str(p) for p in source.split(files, RUN_COLUMNS, digits, Path(folder))]
+    paths = source.split(files, RUN_COLUMNS, digits, Path(folder), processes=processes)
+    return [str(p) for p in paths]
 
 
 def _analyse_pieces(state: str, pieces: list[str]) -> Findings:

@@ -650,10 +650,12 @@ class RunSource:
         live = wh.state.tables.get(RUNS, {})
         return [live[k].rows if k in live else 0 for k in files]
 
-    def split(self, files: list[str], cols: list[str], digits: int, folder: Path) -> list[Path]:
+    def split(
+        self, files: list[str], cols: list[str], digits: int, folder: Path, *, processes: int = 1
+    ) -> list[Path]:
         """Spill the runs of `files` into one Arrow IPC file per bucket in `folder`; their
         paths, in bucket-name order (the file's stem is the bucket's name; `read_bucket`
-        reads one back)."""
+        reads one back). `processes`: how many split at once (`spill_budget`)."""
         folder.mkdir(parents=True, exist_ok=True)
         spill: _BucketFiles | None = None
         # An hourly read (`only`) is a few row groups: its strings stay strings, not encoded
@@ -665,7 +667,7 @@ class RunSource:
             for table in self.row_groups(key, cols, repeating):
                 table = _encoded(table, repeating)
                 if spill is None:
-                    spill = _BucketFiles(folder, table.schema)
+                    spill = _BucketFiles(folder, table.schema, spill_budget(processes))
                 table = table.cast(spill.schema)
                 # Measured once per row group: `nbytes` of a slice walks its buffers (a
                 # tenth of a 5M-run analysis when asked of every piece).
@@ -676,11 +678,18 @@ class RunSource:
 
 
 SPILL_BATCH_ROWS = 16_384
-# What waits before every bucket is written: spread over 256 buckets, 64 MiB made batches of
-# ~1,700 runs, and LZ4 over so many small buffers was most of the split. At 256 MiB, over
-# 4.4M runs in one process: split 7.7 s against 11.8 s, read back 2.4 s against 4.3 s, spill
-# 240 MiB against 349, peak 691 MiB against 416 (docs/performance.md, stop 42).
-SPILL_BUFFER_BYTES = 256 * 2**20
+# What may wait before every bucket is written, in all the processes that split at once: one
+# process or two may each hold half of it, more share it. Spread over 256 buckets, 64 MiB a
+# process made batches of ~1,700 runs, and LZ4 over so many small buffers was most of the
+# split. At 256 MiB, over 4.4M runs in one process: split 7.7 s against 11.8 s, read back
+# 2.4 s against 4.3 s, spill 240 MiB against 349, peak 691 MiB against 416
+# (docs/performance.md, stop 42).
+SPILL_BUFFER_BYTES = 512 * 2**20
+
+
+def spill_budget(processes: int) -> int:
+    """What each of `processes` splitting at once may hold waiting (`SPILL_BUFFER_BYTES`)."""
+    return SPILL_BUFFER_BYTES // max(processes, 2)
 
 
 def _encoded(table: pa.Table, columns: Iterable[str]) -> pa.Table:
@@ -710,12 +719,12 @@ class _BucketFiles:
 
     A row group split 256 ways gives pieces of a few hundred rows, each its own IPC message
     and LZ4 frames when written alone, and a bucket of thousands of batches to read back.
-    Pieces wait, at most `SPILL_BUFFER_BYTES` of them in all, and a bucket's are written
+    Pieces wait, at most `budget` bytes of them in all, and a bucket's are written
     together (over 4.4M runs, spill and buckets took 27 to 30 s against 28.5 to 39 s).
     """
 
-    def __init__(self, folder: Path, schema: pa.Schema) -> None:
-        self.folder, self.schema = folder, schema
+    def __init__(self, folder: Path, schema: pa.Schema, budget: int) -> None:
+        self.folder, self.schema, self.budget = folder, schema, budget
         self._writers: dict[str, ipc.RecordBatchStreamWriter] = {}
         self._pending: dict[str, list[pa.Table]] = {}
         self._rows: dict[str, int] = {}
@@ -734,7 +743,7 @@ class _BucketFiles:
         self._bytes += nbytes
         if self._rows[name] >= SPILL_BATCH_ROWS:
             self._flush(name)
-        elif self._bytes > SPILL_BUFFER_BYTES:
+        elif self._bytes > self.budget:
             for waiting in list(self._pending):
                 self._flush(waiting)
             self._bytes = 0

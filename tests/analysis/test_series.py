@@ -231,7 +231,7 @@ def test_dictionary_columns_split_and_read_back_as_their_strings(tmp_path: Path)
     assert all(pa.types.is_dictionary(encoded.schema.field(f).type) for f in names)
     plain = [(n, p.column("n").to_pylist()) for n, p in _split_by_group(table, 1)]
     assert [(n, p.column("n").to_pylist()) for n, p in _split_by_group(encoded, 1)] == plain
-    spill = series._BucketFiles(tmp_path, encoded.schema)
+    spill = series._BucketFiles(tmp_path, encoded.schema, series.spill_budget(1))
     # The second half encoded on its own, as another row group is: its own dictionaries in
     # the same bucket (an IPC file would refuse the replacement).
     for half in (encoded.slice(0, 3), series._encoded(table.slice(3), names)):

@@ -176,9 +176,7 @@ def test_json_output_has_whole_changes(tmp_path: Path, capsys: pytest.CaptureFix
     assert out["runs"] == 16 and out["alerts"] == 2 and out["new_changes"] == 2
 
 
-def test_pieces_waiting_to_be_spilled_hold_no_more_than_the_budget(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_pieces_waiting_to_be_spilled_hold_no_more_than_the_budget(tmp_path: Path) -> None:
     """Pieces are slices of their row group: a skewed row group whose big bucket is written at
     once is still held whole by its small pieces. Every row group read counts against the
     budget until everything waiting is written (40 such row groups held 205 MiB against a
@@ -187,7 +185,7 @@ def test_pieces_waiting_to_be_spilled_hold_no_more_than_the_budget(
 
     from kindex_etl.analysis import series
 
-    monkeypatch.setattr(series, "SPILL_BUFFER_BYTES", 4 * 2**20)
+    budget = 4 * 2**20
     rng = np.random.default_rng(0)
     rows = 50_000
 
@@ -208,11 +206,11 @@ def test_pieces_waiting_to_be_spilled_hold_no_more_than_the_budget(
     for _ in range(20):
         table = row_group()
         size = table.nbytes
-        spill = spill or series._BucketFiles(tmp_path, table.schema)
+        spill = spill or series._BucketFiles(tmp_path, table.schema, budget)
         per_row = table.nbytes / table.num_rows
         for name, part in series._split_by_group(table, 2):
             spill.add(name, part, int(part.num_rows * per_row))
         del table, part
     held = pa.total_allocated_bytes() - before
-    assert held <= series.SPILL_BUFFER_BYTES + 2 * size, (held, size)
+    assert held <= budget + 2 * size, (held, size)
     assert spill is not None and len(spill.close()) > 100  # every bucket still written
