@@ -107,8 +107,6 @@ class RunIdSpill:
     def _read(self, indices: list[int]) -> dict[str, list[Any]]:
         if not indices:
             return {name: [] for name in RUN_ID_FIELDS}
-        # Mapped, and only the wanted rows copied out: the pages read are released with the
-        # mapping, so the resident set never holds more than a chunk's lists.
         # Mapped, and only the wanted rows copied out: the pages read go with the mapping, so
         # the resident set never holds more than a chunk's lists.
         table = read_ipc(self._path).take(pa.array(indices, pa.int64()))
