@@ -678,18 +678,18 @@ class RunSource:
 
 
 SPILL_BATCH_ROWS = 16_384
-# What may wait before every bucket is written, in all the processes that split at once: one
-# process or two may each hold half of it, more share it. Spread over 256 buckets, 64 MiB a
-# process made batches of ~1,700 runs, and LZ4 over so many small buffers was most of the
-# split. At 256 MiB, over 4.4M runs in one process: split 7.7 s against 11.8 s, read back
-# 2.4 s against 4.3 s, spill 240 MiB against 349, peak 691 MiB against 416
-# (docs/performance.md, stop 42).
-SPILL_BUFFER_BYTES = 512 * 2**20
+# What may wait before every bucket is written: 256 MiB in one splitting process at most, and
+# 512 MiB in all the processes that split at once (eight workers hold 64 MiB each). Spread
+# over 256 buckets, 64 MiB made batches of ~1,700 runs, and LZ4 over so many small buffers
+# was most of the split (docs/performance.md, stop 42: over 4.4M runs in one process, 256 MiB
+# against 64 MiB split in half the time and read back in ~40 % less, for ~270 MiB more).
+SPILL_PROCESS_BYTES = 256 * 2**20
+SPILL_TOTAL_BYTES = 512 * 2**20
 
 
 def spill_budget(processes: int) -> int:
-    """What each of `processes` splitting at once may hold waiting (`SPILL_BUFFER_BYTES`)."""
-    return SPILL_BUFFER_BYTES // max(processes, 2)
+    """What each of `processes` splitting at once may hold waiting."""
+    return min(SPILL_PROCESS_BYTES, SPILL_TOTAL_BYTES // max(processes, 1))
 
 
 def _encoded(table: pa.Table, columns: Iterable[str]) -> pa.Table:

@@ -37,10 +37,10 @@ from ..storage import ObjectStore
 from ..workers import Workers
 from .alerts import ChangeContext, grouped_changes, is_liger
 from .assets import plotly_js, write_assets
-from .charts import kernel_page
+from .charts import kernel_page, minute_stamps
 from .fields import group_of
 from .matrix import LEGEND, Matrix, kernel_by_gpu, release_by_kernel
-from .page import GPU_FIELDS, gpu_labels, num, page, present, text
+from .page import GPU_FIELDS, column_values, gpu_labels, null, num, page, text
 from .triage import FalseAlarms, measured_false_alarms, read_verdicts
 
 PREFIX = layout.REPORTS
@@ -245,12 +245,12 @@ def kernel_part(
 ) -> KernelPart:
     """A kernel's page from its release points and changes (its page reads only its own
     changes' dates and runs from `ctx`, so a worker's copy of `ctx` draws the same page)."""
-    # Columns as lists first: iterating pandas' Arrow-backed columns goes value by value.
-    series_keys, versions = _column(frame, "series_key"), _column(frame, "liger_version")
-    gpus = gpu_labels(_column(frame, c) for c in GPU_FIELDS)
+    series_keys = column_values(frame["series_key"])
+    versions = column_values(frame["liger_version"])
+    gpus = gpu_labels(column_values(frame[c]) for c in GPU_FIELDS)
     releases = set(zip(gpus, map(str, versions), strict=True))
     summary = {
-        "series": len({k for k in series_keys if present(k)}),
+        "series": len({k for k in series_keys if not null(k)}),
         "gpus": sorted(set(gpus)),
         "newest": max((r for _, r in releases), key=version_order),
     }
@@ -259,12 +259,10 @@ def kernel_part(
         wanted = {(str(c["series_key"]), text(c.get("after_release"))) for c in changes}
         keys = list(zip(series_keys, map(str, versions), strict=True))
         hit = [key in wanted for key in keys]
-        stamps = pd.to_datetime(frame.loc[hit, "observed_at"], utc=True).dt.strftime(
-            "%Y-%m-%d %H:%M"
-        )
-        for key, when in zip((k_ for k_, h in zip(keys, hit, strict=True) if h),
-                             stamps.to_numpy().tolist(), strict=True):  # fmt: skip
-            if isinstance(when, str):
+        stamps = minute_stamps(frame.loc[hit, "observed_at"])
+        for key, when in zip((k_ for k_, h in zip(keys, hit, strict=True) if h), stamps,
+                             strict=True):  # fmt: skip
+            if when:
                 dates[key] = when
     ctx.dates.update(dates)
     speedups = compare_baseline(frame, min_effect=min_effect)
@@ -272,11 +270,6 @@ def kernel_part(
         kernel, frame, changes, speedups, ctx, plotly=plotly, min_effect=min_effect
     )
     return KernelPart(page_html, releases, summary, dates, speedups)
-
-
-def _column(frame: pd.DataFrame, name: str) -> list[Any]:
-    """A column's values as a list (absent values as pandas hands them: None or NaN)."""
-    return frame[name].to_numpy().tolist()
 
 
 def _kernel_parts(

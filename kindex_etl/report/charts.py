@@ -32,7 +32,7 @@ from .fields import (
     group_of,
     series_anchor,
 )
-from .page import GPU_FIELDS, gpu_label, gpu_labels, num, page, present, text
+from .page import GPU_FIELDS, column_values, gpu_label, gpu_labels, null, num, page, text
 
 SCALE = {"speed": (1e3, "µs"), "memory": (1024 * 1024, "MiB")}
 MODE_ORDER = {"full": 0, "forward": 1, "backward": 2}
@@ -86,13 +86,15 @@ def minute_stamps(column: pd.Series) -> list[str]:
 
 
 def _texts(values: list[Any]) -> list[str]:
-    """`text` of each value, once per distinct value (they repeat from point to point)."""
-    seen: dict[Any, str] = {}
+    """`text` of each value, once per distinct value (they repeat from point to point; keyed
+    by type too, since 1, 1.0 and True are one dict key)."""
+    seen: dict[tuple[type, Any], str] = {}
     out = []
     for v in values:
-        t = seen.get(v)
+        key = (v.__class__, v)
+        t = seen.get(key)
         if t is None:
-            t = seen[v] = text(v)
+            t = seen[key] = text(v)
         out.append(t)
     return out
 
@@ -115,7 +117,7 @@ def _records(frame: pd.DataFrame) -> list[Record]:
     # Column by column, through numpy (iterating Arrow-backed columns goes value by value),
     # and the derived fields per column too: a dict per point is what costs.
     wanted = [c for c in (*POINT_FIELDS, *POINT_COMMIT, *ORIGIN) if c in frame.columns]
-    values = {c: frame[c].to_numpy().tolist() for c in wanted}
+    values = {c: column_values(frame[c]) for c in wanted}
     commits = _firsts([values[c] for c in POINT_COMMIT if c in values], n)
     origins = _firsts([values[c] for c in ORIGIN if c in values], n)
     versions = [str(v) for v in values.get("liger_version", [None] * n)]
@@ -415,8 +417,9 @@ def _xkey(x: Any) -> tuple[int, float, str]:
 
 
 def _absent_last(v: Any) -> tuple[bool, str]:
-    """A sort key that puts absent values last, as pandas' groupby and sort did."""
-    return (not present(v), str(v) if present(v) else "")
+    """A sort key that puts null values last, as pandas' groupby and sort did (an empty string
+    is a value, sorted first)."""
+    return (True, "") if null(v) else (False, str(v))
 
 
 def _speedup_trace(base: str, b: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -474,7 +477,7 @@ def _speedup_section(speedups: Sequence[Mapping[str, Any]], charts: _Charts) -> 
     machines = _grouped(rows, "gpu", "software_class")
     for gpu, software in sorted(machines, key=lambda k: (k[0], _absent_last(k[1]))):
         g = machines[(gpu, software)]
-        if len({r["liger_version"] for r in g if present(r["liger_version"])}) < 2:
+        if len({r["liger_version"] for r in g if not null(r["liger_version"])}) < 2:
             single.extend(g)
             continue
         options = []

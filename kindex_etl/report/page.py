@@ -200,15 +200,26 @@ def page(title: str, body: str, *, scripts: tuple[str, ...] = ()) -> str:
     )
 
 
+def null(v: Any) -> bool:
+    """True for None, NaN, NA and NaT: what pandas' groupby and nunique leave aside (an empty
+    string is a value to them)."""
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and math.isnan(v))
+
+
 def present(v: Any) -> bool:
     """False for None, NaN and empty strings: the absent values pandas and Arrow hand us."""
-    if v is None or v is pd.NA or v is pd.NaT:
-        return False
     if isinstance(v, str):
         return v != ""
-    if isinstance(v, float) and math.isnan(v):
-        return False
-    return str(v) != ""
+    return not null(v) and str(v) != ""
+
+
+def column_values(column: pd.Series) -> list[Any]:
+    """A column as a list of Python values. String columns go through numpy: iterating
+    pandas' Arrow-backed strings goes value by value; other columns keep `tolist`'s values
+    (a nullable integer stays an integer, where numpy would make every value a float)."""
+    if isinstance(column.dtype, pd.StringDtype):
+        return column.to_numpy().tolist()
+    return column.tolist()
 
 
 def text(v: Any, default: str = "") -> str:

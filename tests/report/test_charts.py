@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from kindex_etl.report.charts import _Charts, _records, _speedup_section
+from kindex_etl.report.charts import _Charts, _records, _speedup_section, _texts
 
 
 def _speedup(gpu: str, software: Any, metric: str, mode: Any, base: str, release: str,
@@ -41,9 +41,11 @@ def test_speedup_charts_group_by_machine_and_pass_in_their_order() -> None:
         _speedup("H100", "upstream", "memory", "full", "torch", "0.9.0", 1.4),
         _speedup("A100", "torch-2.5", "speed", "full", "torch", "0.9.0", 3.0),
         _speedup("A100", "torch-2.5", "speed", "full", "torch", "0.10.0", 3.1),
-        # One release only: a table, sorted with the absent pass last.
+        # One release only: a table, sorted as pandas sorted it: an empty pass is a value (it
+        # sorts first), a missing one sorts last.
         _speedup("B200", "upstream", "speed", None, "torch", "0.10.0", 4.0),
         _speedup("B200", "upstream", "speed", "backward", "torch", "0.10.0", 5.0),
+        _speedup("B200", "upstream", "speed", "", "torch", "0.10.0", 6.0),
     ]
     html = _speedup_section(rows, _Charts())
     boxes = _boxes(html)
@@ -59,7 +61,7 @@ def test_speedup_charts_group_by_machine_and_pass_in_their_order() -> None:
     assert full["traces"][1]["y"] == [2.1, 2.2]
     assert full["layout"]["xaxis"]["categoryarray"] == ["0.9.0", "0.10.0"]
     table = html.split("Measured at one release only", 1)[1]
-    assert table.index("5×") < table.index("4×")  # backward, then the pass that is absent
+    assert table.index("6×") < table.index("5×") < table.index("4×")
 
 
 def test_release_points_carry_commit_label_origin_minute_and_gpu() -> None:
@@ -93,3 +95,10 @@ def test_release_points_carry_commit_label_origin_minute_and_gpu() -> None:
     )
     assert (third["x_label"], third["date"], third["software"]) == ("0.6.0", "", "")
     assert third["origin"] == "contributed"
+
+
+def test_point_texts_are_made_once_per_value_and_type() -> None:
+    # 1, 1.0 and True are one dict key: each keeps its own text.
+    assert _texts([True, 1, 1.0, None, float("nan"), "", "a", "a"]) == [
+        "True", "1", "1.0", "", "", "", "a", "a",
+    ]  # fmt: skip
