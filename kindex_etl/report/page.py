@@ -9,6 +9,7 @@ when it scrolls into view. Every page counts uncaught errors and `console.error`
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
@@ -237,7 +238,7 @@ def gpu_label(row: Any) -> str:
 GPU_FIELDS = ("gpu_product", "gpu_form_factor", "gpu_name")
 
 
-def gpu_labels(columns: Any) -> list[str]:
+def gpu_labels(columns: Iterable[Sequence[Any]]) -> list[str]:
     """`gpu_label` of each row of the three `GPU_FIELDS` columns (lists, in that order), once
     per distinct machine."""
     machines = list(zip(*columns, strict=True))

@@ -214,3 +214,15 @@ def test_pieces_waiting_to_be_spilled_hold_no_more_than_the_budget(tmp_path: Pat
     held = pa.total_allocated_bytes() - before
     assert held <= budget + 2 * size, (held, size)
     assert spill is not None and len(spill.close()) > 100  # every bucket still written
+
+
+def test_the_processes_that_split_at_once_hold_no_more_than_the_total_budget() -> None:
+    from kindex_etl.analysis import series
+
+    for processes in range(1, 17):
+        each = series.spill_budget(processes)
+        assert 0 < each <= series.SPILL_PROCESS_BYTES
+        assert each * processes <= series.SPILL_TOTAL_BYTES
+    # One process or two wait for the most a process may hold; eight share the total.
+    assert series.spill_budget(1) == series.spill_budget(2) == series.SPILL_PROCESS_BYTES
+    assert series.spill_budget(8) == series.SPILL_TOTAL_BYTES // 8
