@@ -123,7 +123,8 @@ def detect_changes(
     the series that ingests committed after that warehouse commit touched (all of them where
     the log cannot say); `Analysis.incremental` says which happened. When `points` is
     given (a list, a `PointSpill`), each bucket's release points are appended to it (for the
-    report and comparisons). The changes' run ids go to `Analysis.run_ids` bucket by bucket.
+    report and comparisons) by a full analysis. The changes' run ids go to
+    `Analysis.run_ids` bucket by bucket.
     `workers`: processes to analyse the buckets in (None: this one).
     """
     started = time.perf_counter()
@@ -139,7 +140,8 @@ def detect_changes(
         families=source.families() if cal.classes else {},
         history=hist,
         floor=version_order(since) if since else None,
-        points=points is not None,
+        # An incremental analysis leaves the report as the last full one drew it: no points.
+        points=points is not None and only is None,
     )
     for found in analyse_buckets(source, work, workers):
         result.runs += found.runs

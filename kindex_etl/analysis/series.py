@@ -103,6 +103,7 @@ SNAPSHOT = "_kindex/snapshot.json"
 RUNS = "benchmark_runs"
 ENVIRONMENTS = "execution_environments"
 PROTOCOLS = "benchmark_protocols"
+WORKLOADS = "workloads"
 # Runs per bucket, at most (a power of 16 of buckets, up to 4,096): a bucket's analysis holds
 # its runs about four times over (read, filtered, keyed, sorted), ~2 KiB a run; at 400,000
 # a 5M-row warehouse's analysis peaked at 1.4 GiB (docs/performance.md, "The regressions
@@ -226,15 +227,23 @@ BUCKET_FIELDS = ("kernel", "operation_mode", "metric", "workload_digest", "proto
 
 def bucket_name(fields: Iterable[str | None], digits: int) -> str:
     """The first `digits` hex digits of sha256 over a run's `BUCKET_FIELDS` values."""
-    return _bucket_of(_SEP.join(_NULL if v is None else v for v in fields), digits)
+    return _bucket_of(_joined(fields), digits)
+
+
+def _joined(fields: Iterable[str | None]) -> str:
+    """A run's `BUCKET_FIELDS` values as one string (as `Touched.groups` holds them)."""
+    return _SEP.join(_NULL if v is None else v for v in fields)
 
 
 def _bucket_of(joined: str, digits: int) -> str:
     return hashlib.sha256(joined.encode("utf-8")).hexdigest()[:digits]
 
 
-def _split_by_group(table: pa.Table, digits: int) -> Iterator[tuple[str, pa.Table]]:
-    """(bucket name, its rows in their order): runs of one series always share a bucket."""
+def _groups(table: pa.Table) -> tuple[list[list[str | None]], np.ndarray]:
+    """The distinct `BUCKET_FIELDS` values of `table`'s rows, and each row's index into them.
+
+    A row group holds a few thousand distinct groups at most: what is done per group (a hash,
+    a lookup) is done once for each, not once per run."""
     fields = [_codes(table.column(f)) for f in BUCKET_FIELDS]
     key = np.zeros(table.num_rows, np.int64)
     size = 1
@@ -242,14 +251,18 @@ def _split_by_group(table: pa.Table, digits: int) -> Iterator[tuple[str, pa.Tabl
         if size * len(values) >= 2**62:
             size, key = _renumbered(key)
         key, size = key * len(values) + codes, size * len(values)
-    # A row group holds a few thousand distinct groups at most: each hashed once.
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    buckets = [
-        bucket_name([values[codes[row]] for codes, values in fields], digits) for row in first
-    ]
+    distinct = [[values[codes[row]] for codes, values in fields] for row in first]
+    return distinct, inverse.reshape(-1)
+
+
+def _split_by_group(table: pa.Table, digits: int) -> Iterator[tuple[str, pa.Table]]:
+    """(bucket name, its rows in their order): runs of one series always share a bucket."""
+    distinct, inverse = _groups(table)
+    buckets = [bucket_name(group, digits) for group in distinct]
     names = sorted(set(buckets))
     code_of = {name: i for i, name in enumerate(names)}
-    codes = np.array([code_of[b] for b in buckets], np.int64)[inverse.reshape(-1)]
+    codes = np.array([code_of[b] for b in buckets], np.int64)[inverse]
     # One take into bucket order, then zero-copy slices: a take per bucket (256 of them per
     # row group) cost twice as much over 4.4M runs.
     groups = list(groups_by_code(codes))
@@ -491,6 +504,11 @@ class Touched:
     groups: frozenset[str]
     kernels: frozenset[str]
 
+    @property
+    def workloads(self) -> set[str]:
+        at = BUCKET_FIELDS.index("workload_digest")
+        return {group.split(_SEP)[at] for group in self.groups}
+
 
 def touched_since(store: ObjectStore, after_seq: int) -> Touched | None:
     """The series whose runs files were committed by ingests after `after_seq`; None where the
@@ -563,6 +581,13 @@ class RunSource:
     def versions(self) -> set[str]:
         return {v for v in map(release_of, self.run_files) if v is not None}
 
+    def workload_count(self) -> int:
+        """Distinct workloads in the warehouse (its `workloads` table: a few hundred rows)."""
+        digests: set[str] = set()
+        for key in self.snapshot["tables"].get(WORKLOADS, []):
+            digests.update(read_parquet(self.store, key, ["digest"]).column("digest").to_pylist())
+        return len(digests)
+
     def buckets(
         self, columns: list[str] | None = None, *, digits: int | None = None
     ) -> Iterator[pa.Table]:
@@ -609,11 +634,14 @@ class RunSource:
     ) -> Iterator[pa.Table]:
         """A runs file's row groups; with `only`, the touched series' rows of the row groups
         whose kernel statistics can hold one (the others are not read). `dictionaries`:
-        string columns read as dictionary arrays (a full read only)."""
+        string columns read as dictionary arrays."""
         if self.only is None:
             yield from iter_parquet(self.store, key, cols, dictionaries)
             return
-        source = pq.ParquetFile(_parquet_source(self.store, key))
+        touched = self.only.groups
+        source = pq.ParquetFile(
+            _parquet_source(self.store, key), read_dictionary=list(dictionaries)
+        )
         wanted = _present(source.schema_arrow.names, cols)
         kernel_at = source.schema_arrow.names.index("kernel")
         for i in range(source.num_row_groups):
@@ -624,16 +652,13 @@ class RunSource:
                 and not any(stats.min <= k <= stats.max for k in self.only.kernels)
             ):
                 continue
-            table = _completed(source.read_row_group(i, columns=wanted), cols)
-            joined = pc.binary_join_element_wise(
-                *[table.column(f) for f in BUCKET_FIELDS],
-                _SEP,
-                null_handling="replace",
-                null_replacement=_NULL,
-            )
-            keep = pc.is_in(joined, value_set=pa.array(sorted(self.only.groups), pa.string()))
-            if pc.any(keep).as_py():
-                yield table.filter(keep)
+            # The grouping columns first: a row group whose kernels the statistics could not
+            # rule out often holds none of the touched series (the rest is then never read).
+            distinct, inverse = _groups(source.read_row_group(i, columns=list(BUCKET_FIELDS)))
+            hit = np.array([_joined(group) in touched for group in distinct], bool)
+            if hit.any():
+                table = _completed(source.read_row_group(i, columns=wanted), cols)
+                yield table.filter(pa.array(hit[inverse]))
 
     def file_rows(self, files: list[str]) -> list[int]:
         """Runs in each of `files`: Parquet footers locally; on a bucket, the folded log's
@@ -658,9 +683,7 @@ class RunSource:
         reads one back). `processes`: how many split at once (`spill_budget`)."""
         folder.mkdir(parents=True, exist_ok=True)
         spill: _BucketFiles | None = None
-        # An hourly read (`only`) is a few row groups: its strings stay strings, not encoded
-        # on the way in to be decoded on the way out.
-        repeating = [c for c in cols if c in REPEATING_COLUMNS] if self.only is None else []
+        repeating = [c for c in cols if c in REPEATING_COLUMNS]
         # A row group at a time (a compacted release file holds a million runs or more),
         # each split into its buckets by one sort, not one filter pass per bucket.
         for key in files:

@@ -173,3 +173,36 @@ def test_a_bucket_taken_back_is_not_held_until_the_last(tmp_path: Path) -> None:
             gc.collect()
             assert all(ref() is None for ref in taken)  # the future let go of its result
         assert pool.started and len(taken) > 1
+
+
+def test_an_hourly_analysis_that_touched_most_series_spreads_them_over_the_workers(
+    tmp_path: Path,
+) -> None:
+    # What a per-commit file of upstream's does: it touches most series, whose runs are then
+    # most of the warehouse's (`buckets.worth_processes`).
+    xs = ["1024", "2048", "4096", "8192", "16384", "32768"]
+    one = build_warehouse(tmp_path, [series_rows(FLAT, x=x) for x in xs])
+    seq = run_regressions(one, workers=1, bucket_rows=8).seq
+    newer = ("0.10.0", "0.10.1", "0.11.0")
+    later = [r for x in xs[:5] for r in series_rows([0.14] * 3, x=x, releases=newer, day=3)]
+    write_csv(tmp_path / "later" / "d.csv", later)
+    ingest(str(tmp_path / "later"), one, IngestOptions(trigger=False))
+    two = str(tmp_path / "copy")
+    shutil.copytree(one, two)
+
+    alone = run_regressions(one, workers=1, bucket_rows=8, after_seq=seq)
+    spread = run_regressions(two, workers=2, bucket_rows=8, after_seq=seq)
+
+    assert alone.incremental and spread.incremental
+    assert (alone.workers, spread.workers) == (1, 2)
+    assert alone.runs == spread.runs == 55  # the five touched workloads' runs, both days
+    assert len(alone.new_alerts) == 5
+    assert list(alone.full_changes()) == list(spread.full_changes())
+    assert alone.new == spread.new
+    assert _regressions(one) == _regressions(two)
+    # The report is a full analysis's: an hourly one makes no release points for it.
+    hourly_points: list[object] = []
+    full_points: list[object] = []
+    assert detect_changes(open_store(two), points=hourly_points, after_seq=seq).incremental
+    detect_changes(open_store(two), points=full_points)
+    assert hourly_points == [] and full_points
