@@ -23,7 +23,8 @@ time and memory (upstream's #815, #945) still counts one.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .detect import OPEN_STATES
@@ -46,12 +47,18 @@ def step_of(row: dict[str, Any], across: bool = True) -> tuple[Any, ...]:
     )
 
 
-def mark_shared_steps(rows: Sequence[dict[str, Any]], kernels: int, across: bool = True) -> None:
+def mark_shared_steps(
+    rows: Sequence[dict[str, Any]],
+    kernels: int,
+    across: bool = True,
+    context: Iterable[dict[str, Any]] = (),
+) -> None:
     """Set `kernels_at_step` on every row; open changes at a shared step become `environment`.
     `across`: count a step's kernels over both metrics and directions (else per metric and
-    direction)."""
+    direction). `context`: changes of series not analysed now (an hourly analysis's untouched
+    series, as the table holds them): counted, never changed."""
     counted: dict[tuple[Any, ...], set[str]] = {}
-    for r in rows:
+    for r in itertools.chain(rows, context):
         if r["state"] != "harness":
             counted.setdefault(step_of(r, across), set()).add(r["kernel"])
     for r in rows:

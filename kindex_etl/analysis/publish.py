@@ -87,6 +87,33 @@ def known_changes(warehouse: Warehouse) -> dict[str, Known]:
     return latest
 
 
+# What `controls.step_of` reads of a change, and what says which row is its latest.
+_STEP_COLUMNS = [
+    "change_id", "warehouse_seq", "state", "kernel", "series_key", "series_class", "metric",
+    "direction", "origin", "gpu_product", "gpu_form_factor", "software_class", "after_commit",
+    "after_release",
+]  # fmt: skip
+
+
+def other_series_changes(store: ObjectStore, analysed: set[str]) -> list[dict[str, Any]]:
+    """The latest row of every change (retracted ones aside) of the series outside `analysed`:
+    what an hourly analysis, which looks at the series its ingest touched, counts beside its
+    own changes at a step that many kernels share (`controls.mark_shared_steps`)."""
+    warehouse = Warehouse(store)
+    warehouse.refresh()
+    latest: dict[str, dict[str, Any]] = {}
+    for f in warehouse.state.tables.get(layout.REGRESSIONS, {}).values():
+        table = conformed(warehouse.read_file(f.batch, f.key)).select(_STEP_COLUMNS)
+        table = table.filter(
+            pc.invert(pc.is_in(table.column("series_key"), pa.array(sorted(analysed), pa.string())))
+        )
+        for row in table.to_pylist():
+            held = latest.get(row["change_id"])
+            if held is None or _seq(row["warehouse_seq"]) >= _seq(held["warehouse_seq"]):
+                latest[row["change_id"]] = row
+    return [r for r in latest.values() if r["state"] != RETRACTED]
+
+
 def known_states(warehouse: Warehouse) -> dict[str, str]:
     """change_id -> its latest committed state."""
     return {cid: k.state for cid, k in known_changes(warehouse).items()}

@@ -20,7 +20,7 @@ from .analysed import analysed_through, record_analysed
 from .buckets import BucketWork, analyse_buckets
 from .calibration import Calibration, default_calibration
 from .controls import mark_baseline_steps, mark_shared_steps
-from .publish import Scope
+from .publish import Scope, other_series_changes
 from .schema import RETRACTED
 from .series import BUCKET_ROWS, RunSource, touched_since, version_order
 from .spill import PointSpill, RunIdSpill
@@ -153,8 +153,15 @@ def detect_changes(
             for part in found.points:
                 points.append(part)
     mark_baseline_steps(result.changes)
+    # An hourly analysis sees the series its ingest touched: a step that many kernels share
+    # is counted over the others' changes too, as the full analysis counts it (without them,
+    # a per-commit file's ingest on 4.4M runs turned 290 environment steps into alerts).
+    others = other_series_changes(store, result.analysed_series) if result.incremental else []
     mark_shared_steps(
-        result.changes, cal.settings.environment_kernels, cal.settings.environment_across
+        result.changes,
+        cal.settings.environment_kernels,
+        cal.settings.environment_across,
+        context=others,
     )
     result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
     result.elapsed_s = round(time.perf_counter() - started, 3)

@@ -206,3 +206,29 @@ def test_an_hourly_analysis_that_touched_most_series_spreads_them_over_the_worke
     assert detect_changes(open_store(two), points=hourly_points, after_seq=seq).incremental
     detect_changes(open_store(two), points=full_points)
     assert hourly_points == [] and full_points
+
+
+def test_an_hourly_analysis_counts_the_untouched_series_at_a_shared_step(tmp_path: Path) -> None:
+    # Five kernels step at one release on one kind of machine: an environment change (the
+    # calibration's `environment_kernels`). An hourly ingest then brings runs of two of them;
+    # its analysis looks at their series only, and still counts the other three's changes
+    # there, as the table holds them: nothing becomes an alert that the full analysis would
+    # call environment.
+    kernels = ["rms_norm", "swiglu", "geglu", "layer_norm", "softmax"]
+    wh = build_warehouse(tmp_path, [series_rows(STEP, kernel=k) for k in kernels])
+    full = run_regressions(wh, workers=1)
+    assert {c["state"] for c in full.changes} == {"environment"}
+    assert {c["kernels_at_step"] for c in full.changes} == {5}
+    newer = ("0.10.0", "0.10.1", "0.11.0")
+    later = [
+        r for k in kernels[:2] for r in series_rows([0.13] * 3, kernel=k, releases=newer, day=3)
+    ]
+    write_csv(tmp_path / "later" / "d.csv", later)
+    ingest(str(tmp_path / "later"), wh, IngestOptions(trigger=False))
+
+    hourly = run_regressions(wh, workers=1, after_seq=full.seq)
+    assert hourly.incremental and len(hourly.changes) == 2
+    assert [(c["state"], c["kernels_at_step"]) for c in hourly.changes] == [("environment", 5)] * 2
+    assert hourly.new == []
+    again = run_regressions(wh, workers=1)
+    assert not again.incremental and again.new == []

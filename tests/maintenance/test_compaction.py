@@ -90,6 +90,22 @@ def test_a_compaction_checkpoints_so_start_ups_read_none_of_its_files(small_file
     assert kept[0].num_rows == len(run_ids(view(wh, read_snapshot(wh)))) == HOURS * 12
 
 
+def test_the_daily_compaction_checkpoints_even_with_nothing_to_merge(small_files):
+    # A backfill's files are already large: nothing merges, and without a checkpoint every
+    # start-up re-read them until `checkpoint_interval` more commits came.
+    _, wh = small_files
+    result = compact(wh, target_rows=1)
+    assert result.commit is None  # every file holds at least one row: nothing to merge
+    warehouse = open_warehouse(wh)
+    warehouse.refresh()
+    kept = warehouse.run_index()
+    assert warehouse.records == [] and warehouse.head == HOURS
+    assert kept is not None and kept[1] == []  # nothing read besides the index
+    assert kept[0].num_rows == len(run_ids(view(wh, read_snapshot(wh))))
+    again = log_records(wh)
+    assert compact(wh, target_rows=1).commit is None and log_records(wh) == again
+
+
 def test_compacting_compacted_data_changes_nothing(small_files):
     _, wh = small_files
     assert compact(wh).commit is not None
