@@ -304,5 +304,5 @@ def analysis_subflow(warehouse: str, after_seq: int | None = None) -> dict[str, 
     progress.stage(f"looking for regressions in the warehouse ({scope})")
     found = regressions_flow(warehouse=warehouse, after_seq=after_seq)
     keys = ("changes", "alerts", "new_alerts", "new_changes", "retracted", "commit", "report",
-            "elapsed_s", "report_s", "seq", "workers", "announced")  # fmt: skip
+            "elapsed_s", "report_s", "seq", "workers", "announced", "incremental")  # fmt: skip
     return {k: found[k] for k in keys}

@@ -103,7 +103,12 @@ def other_series_changes(store: ObjectStore, analysed: set[str]) -> list[dict[st
     warehouse.refresh()
     latest: dict[str, dict[str, Any]] = {}
     for f in warehouse.state.tables.get(layout.REGRESSIONS, {}).values():
-        table = conformed(warehouse.read_file(f.batch, f.key)).select(_STEP_COLUMNS)
+        # The step's columns alone: the run ids, most of a row, are read only from a file
+        # written before one of the columns existed.
+        try:
+            table = warehouse.read_file(f.batch, f.key, _STEP_COLUMNS)
+        except pa.ArrowInvalid:
+            table = conformed(warehouse.read_file(f.batch, f.key)).select(_STEP_COLUMNS)
         table = table.filter(
             pc.invert(pc.is_in(table.column("series_key"), pa.array(sorted(analysed), pa.string())))
         )

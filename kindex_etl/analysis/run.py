@@ -156,7 +156,8 @@ def detect_changes(
     # An hourly analysis sees the series its ingest touched: a step that many kernels share
     # is counted over the others' changes too, as the full analysis counts it (without them,
     # a per-commit file's ingest on 4.4M runs turned 290 environment steps into alerts).
-    others = other_series_changes(store, result.analysed_series) if result.incremental else []
+    hourly = result.incremental and result.changes
+    others = other_series_changes(store, result.analysed_series) if hourly else []
     mark_shared_steps(
         result.changes,
         cal.settings.environment_kernels,

@@ -510,14 +510,27 @@ class Touched:
         return {group.split(_SEP)[at] for group in self.groups}
 
 
+# The most log records an hourly analysis reads from before the newest checkpoint; more (days
+# of commits) and a full analysis is cheaper than reading them one object at a time.
+CHECKPOINTED_RECORDS = 200
+
+
 def touched_since(store: ObjectStore, after_seq: int) -> Touched | None:
     """The series whose runs files were committed by ingests after `after_seq`; None where the
-    log no longer says (a checkpoint after it, a rebuild, a file gone): analyse everything."""
+    log no longer says (a record gone, a rebuild, a file gone): analyse everything."""
     from ..load.record import INGEST
     from ..load.warehouse import Warehouse
 
-    records = Warehouse(store).refresh()
-    if not records or records[0].seq is None or records[0].seq > after_seq + 1:
+    warehouse = Warehouse(store)
+    records = warehouse.refresh()
+    first = records[0].seq if records and records[0].seq is not None else warehouse.head + 1
+    if first - (after_seq + 1) > CHECKPOINTED_RECORDS:
+        return None
+    # A checkpoint after `after_seq` (the daily compaction writes one) folded the records in
+    # between into its state, but they are still in the log: read them back from there.
+    try:
+        records = [warehouse.record(seq) for seq in range(after_seq + 1, first)] + records
+    except NotFound:
         return None
     later = [r for r in records if r.seq is not None and r.seq > after_seq]
     if any(r.rebuild for r in later):

@@ -310,6 +310,33 @@ def test_an_hourly_ingest_analyses_only_the_series_it_touched(tmp_path: Path) ->
     assert [c["state"] for c in run_regressions(wh, history=history()).changes] == ["alert"]
 
 
+def test_an_hourly_analysis_reads_the_log_back_past_the_daily_checkpoint(tmp_path: Path) -> None:
+    # The daily compaction checkpoints; the log records before it stay, so the next hour's
+    # analysis still knows what its ingest touched and reads only that (it was a full one).
+    from kindex_etl.analysis.run import run_regressions
+    from kindex_etl.load.warehouse import open_warehouse
+    from kindex_etl.maintenance.compaction import compact
+
+    up, wh = tmp_path / "up", str(tmp_path / "wh")
+    for i, sha in enumerate(SHAS[:6]):
+        rows = [measured(v, commit=i, kernel=k) for k, v in (("rms_norm", STEP[i]),
+                                                             ("embedding", 0.2))]  # fmt: skip
+        write_csv(up / f"benchmarks/{sha}/benchmark.csv", rows)
+    ingest(str(up), wh, IngestOptions(trigger=False))
+    full = run_regressions(wh, history=history())
+    compact(wh)
+    checkpointed = open_warehouse(wh)
+    checkpointed.refresh()
+    assert checkpointed.records == [] and checkpointed.head > full.seq
+    rows = [measured(STEP[6], commit=6, kernel="rms_norm")]
+    write_csv(up / f"benchmarks/{SHAS[6]}/benchmark.csv", rows)
+    ingest(str(up), wh, IngestOptions(trigger=False))
+    hourly = run_regressions(wh, history=history(), after_seq=full.seq)
+    assert hourly.incremental
+    assert hourly.series == 1 and hourly.runs == 7  # rms_norm alone; no embedding
+    assert [c["state"] for c in hourly.new] == ["alert"]
+
+
 def test_release_comparisons_take_each_release_at_its_tagged_commit_and_one_origin(
     tmp_path: Path,
 ) -> None:

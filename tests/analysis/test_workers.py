@@ -232,3 +232,33 @@ def test_an_hourly_analysis_counts_the_untouched_series_at_a_shared_step(tmp_pat
     assert hourly.new == []
     again = run_regressions(wh, workers=1)
     assert not again.incremental and again.new == []
+
+
+def test_an_hourly_analysis_leaves_out_retracted_changes_of_the_untouched_series(
+    tmp_path: Path,
+) -> None:
+    # As above, but three of the untouched kernels' changes were since retracted (a later
+    # analysis of their series no longer found them): no analysis stands behind them, so at
+    # the step only the two touched kernels count and their changes are not environment.
+    from kindex_etl.analysis.publish import Scope, commit_changes, other_series_changes
+
+    kernels = ["rms_norm", "swiglu", "geglu", "layer_norm", "softmax"]
+    wh = build_warehouse(tmp_path, [series_rows(STEP, kernel=k) for k in kernels])
+    full = run_regressions(wh, workers=1)
+    gone = [r for r in _regressions(wh) if r["kernel"] in kernels[2:]]
+    retracted = [{**r, "state": "retracted"} for r in gone]
+    scope = Scope(series=frozenset(str(r["series_key"]) for r in gone))
+    seq, rows = commit_changes(open_store(wh), retracted, analysed_seq=full.seq, scope=scope)
+    assert seq is not None and len(rows) == 3
+    others = other_series_changes(open_store(wh), set())
+    assert sorted(r["kernel"] for r in others) == sorted(kernels[:2])
+    newer = ("0.10.0", "0.10.1", "0.11.0")
+    later = [
+        r for k in kernels[:2] for r in series_rows([0.13] * 3, kernel=k, releases=newer, day=3)
+    ]
+    write_csv(tmp_path / "later" / "d.csv", later)
+    ingest(str(tmp_path / "later"), wh, IngestOptions(trigger=False))
+    hourly = run_regressions(wh, workers=1, after_seq=seq)
+    assert hourly.incremental
+    assert [c["kernels_at_step"] for c in hourly.changes] == [2, 2]
+    assert {c["state"] for c in hourly.changes} == {"alert"}

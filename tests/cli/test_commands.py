@@ -93,6 +93,7 @@ def test_ingest_says_what_its_analysis_found_and_how_long_it_all_took(
     found = summary["analysis"]
     assert (found["changes"], found["alerts"], found["new_alerts"]) == (1, 1, 1)
     assert found["report"] == str(tmp_path / "a" / "reports" / "index.html")
+    assert found["incremental"] is False  # a first ingest: every run new, a full analysis
     assert summary["elapsed_s"] >= summary["ingest_s"] + found["elapsed_s"]
     assert 0 < found["report_s"] < found["elapsed_s"]  # the report's share of the analysis
     assert wall - 3.0 < summary["elapsed_s"] <= wall  # all but the interpreter's start
