@@ -281,14 +281,19 @@ def test_host_variance_from_a_commit_rerun_days_later(tmp_path: Path) -> None:
     assert got["host_sigma"] > 0.1 and got["far_moved_over_10pct"] == 1.0
 
 
-def test_an_hourly_ingest_analyses_only_the_series_it_touched(tmp_path: Path) -> None:
-    from kindex_etl.analysis.run import run_regressions
-
-    up, wh = tmp_path / "up", str(tmp_path / "wh")
+def _six_commits_of_two_kernels(up: Path) -> None:
+    """Per-commit files of six commits: rms_norm stepping (STEP), embedding flat."""
     for i, sha in enumerate(SHAS[:6]):
         rows = [measured(v, commit=i, kernel=k) for k, v in (("rms_norm", STEP[i]),
                                                              ("embedding", 0.2))]  # fmt: skip
         write_csv(up / f"benchmarks/{sha}/benchmark.csv", rows)
+
+
+def test_an_hourly_ingest_analyses_only_the_series_it_touched(tmp_path: Path) -> None:
+    from kindex_etl.analysis.run import run_regressions
+
+    up, wh = tmp_path / "up", str(tmp_path / "wh")
+    _six_commits_of_two_kernels(up)
     first = ingest(str(up), wh, IngestOptions(trigger=False))
     full = run_regressions(wh, history=history())
     assert not full.incremental and full.series == 2 and full.runs == 12
@@ -318,10 +323,7 @@ def test_an_hourly_analysis_reads_the_log_back_past_the_daily_checkpoint(tmp_pat
     from kindex_etl.maintenance.compaction import compact
 
     up, wh = tmp_path / "up", str(tmp_path / "wh")
-    for i, sha in enumerate(SHAS[:6]):
-        rows = [measured(v, commit=i, kernel=k) for k, v in (("rms_norm", STEP[i]),
-                                                             ("embedding", 0.2))]  # fmt: skip
-        write_csv(up / f"benchmarks/{sha}/benchmark.csv", rows)
+    _six_commits_of_two_kernels(up)
     ingest(str(up), wh, IngestOptions(trigger=False))
     full = run_regressions(wh, history=history())
     compact(wh)
