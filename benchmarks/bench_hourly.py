@@ -34,8 +34,8 @@ from pathlib import Path
 HOUR = "2030-01-01 07:00:00"  # later than any run of the realistic data
 
 
-def hourly_object(source: Path, out: Path, rows: int, kernel: str | None) -> int:
-    """The last `rows` rows of `source` (of `kernel` only, if given), measured at `HOUR`."""
+def hourly_object(source: Path, out: Path, rows: int, kernel: str | None, hour: str = HOUR) -> int:
+    """The last `rows` rows of `source` (of `kernel` only, if given), measured at `hour`."""
     with source.open(newline="") as fh:
         reader = csv.DictReader(fh)
         fields = list(reader.fieldnames or [])
@@ -48,7 +48,7 @@ def hourly_object(source: Path, out: Path, rows: int, kernel: str | None) -> int
         writer = csv.DictWriter(fh, fieldnames=fields, quoting=csv.QUOTE_ALL)
         writer.writeheader()
         for row in kept:
-            writer.writerow({**row, "timestamp": HOUR})
+            writer.writerow({**row, "timestamp": hour})
     return len(kept)
 
 

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from kindex_etl.contracts.tables import millisecond_timestamps
 from kindex_etl.load import layout
 from kindex_etl.storage import ObjectStore, open_store
 
@@ -38,7 +39,8 @@ def read_parquet(store: ObjectStore, keys: list[str], ignore: set[str]) -> pa.Ta
     parts = [pq.read_table(io.BytesIO(store.get_bytes(k))) for k in keys]
     if not parts:
         return None
-    table = pa.concat_tables(parts, promote_options="permissive")
+    # Timestamps in one unit: files delta-rs compacted hold Delta's microseconds.
+    table = millisecond_timestamps(pa.concat_tables(parts, promote_options="permissive"))
     table = table.drop_columns([c for c in table.column_names if c in ignore])
     names = sorted(table.column_names)
     # Nested columns (lists, structs) cannot be sorted on: compare them as their JSON text.

@@ -161,7 +161,12 @@ def tables(
     for table, tabs in sorted(parts.items()):
         t = pa.concat_tables(tabs, promote_options="permissive")
         t = t.drop_columns([c for c in drop if c in t.column_names])
-        for sort_key in (("external_id",), ("digest",), ("source_key", "source_row", "reason")):
+        for sort_key in (
+            ("external_id",),
+            ("digest",),
+            ("source_key", "source_row", "reason"),
+            ("change_id", "warehouse_seq"),
+        ):
             if all(c in t.column_names for c in sort_key):
                 t = t.sort_by([(c, "ascending") for c in sort_key])
                 break

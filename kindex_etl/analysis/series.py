@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 import rfc8785
 from packaging.version import InvalidVersion, Version
 
+from ..contracts.tables import millisecond_timestamps
 from ..extract.history import History, default_history
 from ..load.writers import groups_by_code
 from ..scratch import ScratchDir
@@ -187,7 +188,9 @@ def _present(names: list[str], columns: list[str] | None) -> list[str] | None:
 
 
 def _completed(table: pa.Table, columns: list[str] | None) -> pa.Table:
-    """`table` with the optional columns it lacks as nulls, in `columns`' order."""
+    """`table` with the optional columns it lacks as nulls, in `columns`' order, and its
+    timestamps in the contract's unit (`millisecond_timestamps`)."""
+    table = millisecond_timestamps(table)
     if columns is None:
         return table
     for c in columns:

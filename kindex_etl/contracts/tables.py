@@ -261,3 +261,15 @@ TRIAGE_SCHEMA = pa.schema(
         ("recorded_at", pa.timestamp("ms", tz="UTC")),
     ]
 )
+
+
+def millisecond_timestamps(table: pa.Table) -> pa.Table:
+    """`table` with its timestamp columns in milliseconds, the contract's one unit.
+
+    Delta's timestamp type is microseconds: files that delta-rs rewrote (its compaction) hold
+    them so, where the ingest writes milliseconds. Read back here, both read alike."""
+    for i, f in enumerate(table.schema):
+        if pa.types.is_timestamp(f.type) and f.type.unit != "ms":
+            type_ = pa.timestamp("ms", tz=f.type.tz)
+            table = table.set_column(i, f.with_type(type_), table.column(i).cast(type_))
+    return table

@@ -8,6 +8,8 @@ remove actions, by delta-rs, over the same Parquet files (no data is rewritten).
 with a Delta reader (DuckDB `delta_scan`, Polars `scan_delta`, pandas and pyarrow through
 `deltalake`, Spark, Trino) then sees exactly the committed rows, before, during and after a
 compaction or a vacuum, where a Parquet glob counts compacted rows twice until the vacuum.
+Those two are delta-rs's own, run on these tables and then recorded in the kindex log
+(`kindex_etl.maintenance`): the one writer of a Delta log besides this publish.
 
 Order gives readers referential integrity: dimension tables first, the runs after them, the
 analysis's tables last; so a reader who reads the runs first never meets a digest that the
@@ -34,6 +36,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -41,6 +44,7 @@ from deltalake import CommitProperties, DeltaTable, Schema, Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError, TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
+from kindex_etl.contracts import tables
 from kindex_etl.load import layout
 from kindex_etl.load.state import LiveFile, WarehouseState
 from kindex_etl.storage import LocalStore, ObjectStore, StorageError
@@ -78,6 +82,31 @@ TABLE_CONFIGURATION = {
     "delta.checkpointInterval": "10",
     "delta.logRetentionDuration": "interval 7 days",
 }
+
+
+def schemas() -> dict[str, pa.Schema]:
+    """Each table's schema as the contract has it now (`_schema_of` makes it Delta's)."""
+    return {
+        DOCUMENT_FILES: DOCUMENT_FILES_SCHEMA,
+        layout.RUNS: tables.RUN_SCHEMA,
+        layout.PROTOCOLS: tables.PROTOCOL_SCHEMA,
+        layout.ENVIRONMENTS: tables.ENVIRONMENT_SCHEMA,
+        layout.WORKLOADS: tables.WORKLOAD_SCHEMA,
+        layout.IMPLEMENTATIONS: tables.IMPLEMENTATION_SCHEMA,
+        layout.QUARANTINE: tables.QUARANTINE_SCHEMA,
+        layout.REGRESSIONS: tables.REGRESSIONS_SCHEMA,
+        layout.TRIAGE: tables.TRIAGE_SCHEMA,
+    }
+
+
+def published_files(state: WarehouseState, table: str) -> dict[str, LiveFile]:
+    """The files of `table` its Delta log lists once `state` is published."""
+    files = state.tables.get(table, {})
+    if table == layout.QUARANTINE:
+        # Readers get what is held back now: a file whose rows a replay settled is out
+        # (its rows are runs, or held back again in the replay's own file).
+        return {k: f for k, f in files.items() if k not in state.replayed}
+    return dict(files)
 
 
 def object_app_id(key: str, etag: str) -> str:
@@ -143,20 +172,7 @@ def _schema_of(table: str, store: ObjectStore, files: Iterable[LiveFile]) -> pa.
 
     Partition columns are part of a Delta schema but not of the files (the path holds them).
     """
-    from kindex_etl.contracts import tables
-
-    known = {
-        DOCUMENT_FILES: DOCUMENT_FILES_SCHEMA,
-        layout.RUNS: tables.RUN_SCHEMA,
-        layout.PROTOCOLS: tables.PROTOCOL_SCHEMA,
-        layout.ENVIRONMENTS: tables.ENVIRONMENT_SCHEMA,
-        layout.WORKLOADS: tables.WORKLOAD_SCHEMA,
-        layout.IMPLEMENTATIONS: tables.IMPLEMENTATION_SCHEMA,
-        layout.QUARANTINE: tables.QUARANTINE_SCHEMA,
-        layout.REGRESSIONS: tables.REGRESSIONS_SCHEMA,
-        layout.TRIAGE: tables.TRIAGE_SCHEMA,
-    }
-    schema = known.get(table)
+    schema = schemas().get(table)
     if schema is None:
         if not files:
             raise StorageError(f"no schema for table {table}: not in the contract, no file yet")
@@ -185,7 +201,18 @@ def _partition(table: str, key: str) -> dict[str, str | None]:
     name, _, value = folder.partition("=")
     if name != PARTITION_COLUMN:
         raise StorageError(f"runs file outside a release partition: {key}")
-    return {PARTITION_COLUMN: value}
+    return {PARTITION_COLUMN: unquote(value)}
+
+
+def table_files(dt: DeltaTable, table: str) -> dict[str, int]:
+    """The files a Delta table lists, by warehouse key, and their rows.
+
+    delta-rs reports a path escaped; its log (and our actions) hold the object's own name: its
+    compaction writes release `0.8.0+cu121` into a folder `release=0.8.0%2Bcu121`, which it
+    logs as that and reports as `release=0.8.0%252Bcu121`."""
+    adds = dt.get_add_actions(flatten=True)
+    paths, rows = adds.column("path").to_pylist(), adds.column("num_records").to_pylist()
+    return {f"{table}/{unquote(p)}": int(n or 0) for p, n in zip(paths, rows, strict=True)}
 
 
 def _add(store: ObjectStore, table: str, f: LiveFile) -> AddAction:
@@ -193,7 +220,7 @@ def _add(store: ObjectStore, table: str, f: LiveFile) -> AddAction:
     if info is None:
         raise StorageError(f"committed file {f.key} is not at its final key: cannot publish it")
     return AddAction(
-        path=f.key[len(table) + 1 :],
+        path=f.key[len(table) + 1 :],  # as delta-rs has it: the object's own name
         size=info.size,
         partition_values=_partition(table, f.key),
         modification_time=int(info.last_modified.timestamp() * 1000),
@@ -202,12 +229,12 @@ def _add(store: ObjectStore, table: str, f: LiveFile) -> AddAction:
     )
 
 
-def _remove(table: str, path: str, now_ms: int) -> RemoveAction:
+def _remove(table: str, key: str, now_ms: int) -> RemoveAction:
     return RemoveAction(
-        path=path,
+        path=key[len(table) + 1 :],
         data_change=True,
         deletion_timestamp=now_ms,
-        partition_values=_partition(table, f"{table}/{path}"),
+        partition_values=_partition(table, key),
     )
 
 
@@ -253,11 +280,7 @@ def publish(
     for table in (*PUBLISH_ORDER, *sorted(set(state.tables) - set(PUBLISH_ORDER))):
         if table.startswith("documents/"):
             continue
-        files = state.tables.get(table, {})
-        if table == layout.QUARANTINE:
-            # Readers get what is held back now: a file whose rows a replay settled is out
-            # (its rows are runs, or held back again in the replay's own file).
-            files = {k: f for k, f in files.items() if k not in state.replayed}
+        files = published_files(state, table)
         if not files and table not in PUBLISH_ORDER:
             continue  # a table of newer code, emptied: its schema is only in its files
         txns = [Transaction(LOG_APP, seq)]
@@ -302,14 +325,14 @@ def _publish_table(
             _evolve(dt, _schema_of(table, store, files.values()) if files else None)
         except (CommitFailedError, DeltaError):
             continue  # another publisher added the same columns first
-        current = set(dt.get_add_actions(flatten=True).column("path").to_pylist())
-        live = {f.key[len(table) + 1 :]: f for f in files.values()}
+        current = table_files(dt, table)
         now_ms = int(time.time() * 1000)
         actions: list[AddAction | RemoveAction] = [
-            _add(store, table, f) for path, f in live.items() if path not in current
+            _add(store, table, f) for key, f in files.items() if key not in current
         ]
         added = len(actions)
-        actions += [_remove(table, p, now_ms) for p in sorted(current - set(live))]
+        gone = sorted(set(current) - set(files))
+        actions += [_remove(table, key, now_ms) for key in gone]
         try:
             dt.create_write_transaction(
                 actions,
@@ -341,7 +364,7 @@ def _create(
     try:
         create_table_with_add_actions(
             table_uri(store, table),
-            _delta_schema(_schema_of(table, store, files.values())),
+            Schema.from_arrow(_schema_of(table, store, files.values())),
             [_add(store, table, f) for f in files.values()],
             mode="error",
             partition_by=[PARTITION_COLUMN] if table == layout.RUNS else None,
@@ -361,10 +384,6 @@ def _plain(exc: Exception | None) -> str:
     """delta-rs's error text without its terminal colour codes, on one line."""
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc or "no error recorded"))
     return " ".join(text.split())[:300]
-
-
-def _delta_schema(schema: pa.Schema) -> Schema:
-    return Schema.from_arrow(schema)
 
 
 def _evolve(dt: DeltaTable, schema: pa.Schema | None) -> None:
@@ -398,12 +417,8 @@ def _publish_documents(
 
 
 def maintain_logs(store: ObjectStore) -> dict[str, int]:
-    """Delta's own log upkeep, daily: a checkpoint per table and expired log entries dropped.
-
-    Never delta-rs's `vacuum`: a file published to its final key but not yet in a Delta log
-    (a writer between its kindex commit and its Delta publish) would look like an orphan to
-    it; the kindex vacuum deletes retired files by the log instead.
-    """
+    """Delta's own log upkeep, daily after the vacuum: a checkpoint per table and expired log
+    entries dropped."""
     done: dict[str, int] = {}
     options = storage_options(store)
     for table in (*PUBLISH_ORDER, DOCUMENT_FILES):

@@ -21,6 +21,7 @@ POINTS = (
     "after_publish",
     "mid_delta",
     "after_checkpoint",
+    "compact_after_delta",
     "compact_after_stage",
     "compact_after_commit",
     "compact_after_publish",

@@ -1,7 +1,8 @@
 """Where everything lives in a warehouse. Consumers rely on these paths: change them never.
 
 benchmark_runs/release=<liger_version>/part-<batch>-<n>.parquet   one row per run; every
-    file also has a liger_version column, so one read alone (or by list) is complete
+    file also has a liger_version column, so one read alone (or by list) is complete (files
+    that delta-rs's compaction wrote are named by it: part-<n>-<uuid>-c000.zstd.parquet)
 benchmark_protocols/part-<batch>.parquet                    one row per protocol digest
 execution_environments/part-<batch>.parquet                 one row per environment digest
 workloads/part-<batch>.parquet, implementations/part-<batch>.parquet   descriptors

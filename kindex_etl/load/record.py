@@ -5,10 +5,8 @@ which upstream object versions are done, which files the batch added to which ta
 releases and digests it brought, and its counts. Field names are the log's JSON keys.
 
 One mechanism replaces files: a record's `files` join the snapshot and its `retires` leave it
-(still readable, by older snapshots, until a `vacuum` record forgets them after the retention
-period and their objects are deleted). Compaction is a record with no objects whose files hold
-exactly the rows of the files it retires; a future `reprocess` (every table re-derived from the
-runs' kept upstream values) is the same kind of record, retiring every live file at once.
+(still readable by older snapshots until a `vacuum` record forgets them). A compaction's files
+hold exactly the rows of those it retires; a reprocess retires every live file at once.
 """
 
 from __future__ import annotations

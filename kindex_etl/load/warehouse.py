@@ -29,6 +29,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from kindex_etl.contracts.tables import millisecond_timestamps
 from kindex_etl.load import delta, layout
 from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import CommitRecord, FileEntry, Writer
@@ -181,9 +182,10 @@ class Warehouse:
             path = self.store.local_path(candidate)
             try:
                 if path is not None:
-                    return pq.read_table(path, columns=columns)
+                    return millisecond_timestamps(pq.read_table(path, columns=columns))
                 with self.store.open_read(candidate) as fh:
-                    return pq.read_table(pa.py_buffer(fh.read()), columns=columns)
+                    table = pq.read_table(pa.py_buffer(fh.read()), columns=columns)
+                return millisecond_timestamps(table)
             except (NotFound, FileNotFoundError):
                 continue
         raise NotFound(key)

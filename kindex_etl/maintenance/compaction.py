@@ -1,83 +1,45 @@
-"""Compaction as a commit: small files of a table and partition rewritten into large ones.
+"""Compaction: delta-rs rewrites each Delta table's small files, one kindex commit records it.
 
-One commit adds the new files and retires the old (`CommitRecord.retires`): a reader of any
-snapshot, before or after, sees exactly the same rows, and the old files stay in place for
-readers of older snapshots until `vacuum` deletes them after the retention period.
+delta-rs (`DeltaTable.optimize.compact`) commits to each table's Delta log alone. The kindex
+log, which every writer commits to, then takes the result over: a `compact` record adds the
+files each Delta log holds that the kindex log does not and retires those it dropped, once
+both are seen to hold the same rows. Taking that difference, not the optimizer's report, makes
+a crash harmless: a compaction that died after delta-rs committed is recorded by the next one.
+A writer that commits in between publishes its state over the table (the same rows); the
+difference then no longer holds at the head, and the compaction starts over.
 
-Which files merge is a first-fit packing, by row count, of the files below the target: any
-two output files (or untouched ones) of one partition then hold more than the target rows
-together, so compacting compacted data finds nothing to merge and commits nothing. Rows keep
-the snapshot's order; Parquet is re-encoded with the ingest's own writer and schemas, JSON
-lines are byte-concatenated (each file is whole zstd frames, so the concatenation is one
-valid stream of the same lines).
+JSON documents are no Delta table: a kind's small files are concatenated here (whole zstd
+frames, so one valid stream), first-fit up to the target rows, in the same commit. Quarantine
+files a replay settled are not in the quarantine's Delta table and stay as they are.
 """
 
 from __future__ import annotations
 
 import hashlib
 import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from pathlib import Path
 
-import pyarrow as pa
+from deltalake import WriterProperties
+from deltalake.exceptions import CommitFailedError
 
 from kindex_etl.config import settings
-from kindex_etl.contracts.tables import (
-    ENVIRONMENT_SCHEMA,
-    IMPLEMENTATION_SCHEMA,
-    PROTOCOL_SCHEMA,
-    QUARANTINE_SCHEMA,
-    REGRESSIONS_SCHEMA,
-    RUN_WRITE_SCHEMA,
-    TRIAGE_SCHEMA,
-    WORKLOAD_SCHEMA,
-)
 from kindex_etl.errors import PreconditionFailed, StorageError
-from kindex_etl.load import layout
+from kindex_etl.load import delta, layout
 from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import COMPACT, CommitRecord, FileEntry
 from kindex_etl.load.state import LiveFile, WarehouseState
 from kindex_etl.load.warehouse import Warehouse, open_warehouse
-from kindex_etl.load.writers import ParquetTableWriter, RowGroupWriter
 from kindex_etl.scratch import ScratchDir
 
 COMMIT_ATTEMPTS = 8
-
-# How each Parquet table is written: the ingest's schemas, so a compacted file reads the same.
-WRITE_SCHEMAS: dict[str, pa.Schema] = {
-    layout.RUNS: RUN_WRITE_SCHEMA,
-    layout.PROTOCOLS: PROTOCOL_SCHEMA,
-    layout.ENVIRONMENTS: ENVIRONMENT_SCHEMA,
-    layout.WORKLOADS: WORKLOAD_SCHEMA,
-    layout.IMPLEMENTATIONS: IMPLEMENTATION_SCHEMA,
-    layout.QUARANTINE: QUARANTINE_SCHEMA,
-    # The chained analysis appends one file per run that found something new (issue 32).
-    layout.REGRESSIONS: REGRESSIONS_SCHEMA,
-    # One file per verdict: a few a day, compacted like the rest.
-    layout.TRIAGE: TRIAGE_SCHEMA,
-}
-
-
-@dataclass(frozen=True)
-class Group:
-    """Files of one table and partition that become one file."""
-
-    table: str
-    partition: str
-    files: tuple[LiveFile, ...]
-    replayed: bool = False  # quarantine files already settled: the output is settled too
-
-    @property
-    def rows(self) -> int:
-        return sum(f.rows for f in self.files)
+# The ingest's own Parquet settings (`writers.PARQUET_OPTIONS`).
+WRITER_PROPERTIES = WriterProperties(compression="ZSTD", compression_level=1)
 
 
 @dataclass
 class CompactResult:
     commit: int | None = None  # None: nothing to compact
-    groups: int = 0
     files_retired: int = 0
     files_added: int = 0
     rows: int = 0
@@ -103,100 +65,90 @@ def _first_fit(files: list[LiveFile], target_rows: int) -> list[list[LiveFile]]:
     return bins
 
 
-def plan(state: WarehouseState, target_rows: int) -> list[Group]:
-    """The merges compaction would commit now (empty: nothing to do)."""
-    groups: list[Group] = []
+def plan_documents(state: WarehouseState, target_rows: int) -> list[list[LiveFile]]:
+    """The document files that would be concatenated now, a list per output file."""
+    groups: list[list[LiveFile]] = []
     for table, files in sorted(state.tables.items()):
-        # Partition, and for quarantine whether replayed: files of one key may merge.
-        buckets: dict[tuple[str, bool], list[LiveFile]] = {}
-        for f in files.values():
-            if f.rows >= target_rows:
-                continue
-            replayed = f.key in state.replayed
-            buckets.setdefault((layout.partition_of(f.key), replayed), []).append(f)
-        for (partition, replayed), small in sorted(buckets.items()):
-            for packed in _first_fit(small, target_rows):
-                if len(packed) > 1:
-                    groups.append(Group(table, partition, tuple(packed), replayed))
+        if table.startswith("documents/"):
+            small = [f for f in files.values() if f.rows < target_rows]
+            groups += [g for g in _first_fit(small, target_rows) if len(g) > 1]
     return groups
 
 
-def _batch_id(base_seq: int, groups: list[Group]) -> str:
-    h = hashlib.sha256(f"compact\n{base_seq}\n".encode())
-    for g in groups:
-        for f in g.files:
-            h.update(f"{f.key}\n".encode())
-    return h.hexdigest()[:16]
-
-
-def _read_parquet(warehouse: Warehouse, f: LiveFile) -> Iterator[pa.RecordBatch]:
-    yield from warehouse.read_file(f.batch, f.key).to_batches()
-
-
-def _write_parquet(warehouse: Warehouse, group: Group, workdir: Path, key: str) -> int:
-    file = ParquetTableWriter(workdir, key, WRITE_SCHEMAS[group.table])
-    writer = RowGroupWriter(file)
-    # One input file at a time, out in row groups of the ingest's size: memory stays at about
-    # one input file plus one row group, whatever the target.
-    for f in group.files:
-        for rb in _read_parquet(warehouse, f):
-            writer.write(pa.Table.from_batches([rb]))
-    written = writer.close()
-    if written is None:  # every input empty: an empty file still stands for them
-        file.write(WRITE_SCHEMAS[group.table].empty_table())
-        written = file.close()
-    assert written is not None
-    return written.rows
-
-
-def _copy_object(warehouse: Warehouse, f: LiveFile, out: object) -> None:
-    for candidate in (f.key, layout.staging_key(f.batch, f.key), f.key):
-        try:
-            with warehouse.store.open_read(candidate) as fh:
-                shutil.copyfileobj(fh, out, 1 << 20)  # type: ignore[arg-type]
-            return
-        except (FileNotFoundError, StorageError):
-            continue
-    raise StorageError(f"live file {f.key} is missing")
-
-
-def _write_documents(warehouse: Warehouse, group: Group, workdir: Path, key: str) -> int:
-    path = workdir / key
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("wb") as out:
-        for f in group.files:
-            _copy_object(warehouse, f, out)
-    return group.rows
-
-
-def stage_groups(warehouse: Warehouse, groups: list[Group], batch: str) -> CommitRecord:
-    """Write and stage every group's output; return the record that would commit them."""
+def stage_documents(
+    warehouse: Warehouse, groups: list[list[LiveFile]], batch: str
+) -> tuple[list[FileEntry], list[str]]:
+    """Concatenate and stage each group; the files to add and the files to retire."""
     scratch = ScratchDir.create(f"compact-{batch}")
-    workdir = scratch.path
     try:
         files: list[FileEntry] = []
         retires: list[str] = []
-        replayed: list[str] = []
-        parts: dict[tuple[str, str], int] = {}
-        for g in groups:
-            n = parts[(g.table, g.partition)] = parts.get((g.table, g.partition), -1) + 1
-            key = layout.part_key(g.table, batch, n, g.partition)
-            if g.table.startswith("documents/"):
-                rows = _write_documents(warehouse, g, workdir, key)
-            else:
-                rows = _write_parquet(warehouse, g, workdir, key)
-            if rows != g.rows:
-                raise StorageError(f"compacting into {key}: read {rows} rows, expected {g.rows}")
-            warehouse.stage(batch, key, workdir / key)
-            files.append(FileEntry(key=key, rows=rows))
-            retires.extend(f.key for f in g.files)
-            if g.replayed:
-                replayed.append(key)
-        return CommitRecord(
-            batch=batch, kind=COMPACT, files=files, retires=retires, replayed_files=replayed
-        )
+        for n, group in enumerate(groups):
+            key = layout.part_key(layout.table_of(group[0].key), batch, n)
+            path = scratch.path / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("wb") as out:
+                for f in group:  # at their final keys: `compact` rolled every commit forward
+                    with warehouse.store.open_read(f.key) as fh:
+                        shutil.copyfileobj(fh, out, 1 << 20)
+            warehouse.stage(batch, key, path)
+            files.append(FileEntry(key=key, rows=sum(f.rows for f in group)))
+            retires += [f.key for f in group]
+        return files, retires
     finally:
         scratch.remove()
+
+
+def compact_tables(warehouse: Warehouse, target_rows: int) -> None:
+    """delta-rs compacts every Delta table of the warehouse (each commits to its own log).
+
+    Its target is in bytes: `target_rows` at the table's mean bytes per row."""
+    options = delta.storage_options(warehouse.store)
+    for table in delta.PUBLISH_ORDER:
+        dt = delta.open_table(warehouse.store, table, options)
+        if dt is None:
+            continue
+        adds = dt.get_add_actions(flatten=True)
+        rows = sum(adds.column("num_records").to_pylist())
+        size = sum(adds.column("size_bytes").to_pylist())
+        if adds.num_rows < 2 or rows == 0:
+            continue
+        try:
+            dt.optimize.compact(
+                target_size=max(1, size * target_rows // rows), writer_properties=WRITER_PROPERTIES
+            )
+        except CommitFailedError:
+            continue  # a publish removed files it rewrote: the difference will not hold
+
+
+def recorded_difference(warehouse: Warehouse) -> tuple[list[FileEntry], list[str]] | None:
+    """What the Delta tables hold that the log does not, and what they dropped that it lists;
+    None when a table is not at the head (a publish of a newer commit, or one not done)."""
+    state, head = warehouse.state, warehouse.head
+    options = delta.storage_options(warehouse.store)
+    files: list[FileEntry] = []
+    retires: list[str] = []
+    for table in delta.PUBLISH_ORDER:
+        dt = delta.open_table(warehouse.store, table, options)
+        if dt is None:
+            continue
+        if (dt.transaction_version(delta.LOG_APP) or 0) != head:
+            return None
+        listed = delta.published_files(state, table)
+        held = delta.table_files(dt, table)
+        new = {k: n for k, n in held.items() if k not in listed}
+        gone = [k for k in listed if k not in held]
+        if sum(new.values()) != sum(listed[k].rows for k in gone):
+            raise StorageError(
+                f"{table}: the Delta table's new files hold {sum(new.values())} rows, the files "
+                f"it dropped {sum(listed[k].rows for k in gone)}; not recording it"
+            )
+        for key in new:
+            if warehouse.store.head(key) is None:
+                raise StorageError(f"{table}: the Delta table lists {key}, which is not there")
+        files += [FileEntry(key=k, rows=n) for k, n in new.items()]
+        retires += gone
+    return files, retires
 
 
 def _file_counts(state: WarehouseState) -> dict[str, int]:
@@ -204,16 +156,10 @@ def _file_counts(state: WarehouseState) -> dict[str, int]:
 
 
 def _checkpoint(warehouse: Warehouse) -> None:
-    """A checkpoint at the head when anything was committed since the last one.
-
-    A writer's start-up reads the run files committed since the checkpoint besides its run
-    index. Compacted files hold old runs too, and a backfill's hold millions: until the next
-    checkpoint (`checkpoint_interval` commits: two days of hourly ingests and their analyses)
-    every start-up re-read them (an hourly ingest of 3,000 rows after a 4.4M-run one took
-    4.7 s, 4.3 of them there; 1.8 s after a checkpoint). The checkpoint rewrites the whole
-    run index (8.6 s at 4.4M runs), once a day in the daily job. The hourly analyses read the
-    records before it back from the log (`series.touched_since`).
-    """
+    """A checkpoint at the head when anything was committed since the last one: start-ups
+    read the run files committed since the last one, and compacted files hold old runs (an
+    hourly ingest after a 4.4M-run one: 4.7 s without, 1.8 s with; the checkpoint rewrites the
+    run index, 8.6 s at 4.4M runs, once a day). README, "Compaction, vacuum, checkpoints"."""
     if settings().checkpoint_interval > 0 and warehouse.records:
         warehouse.maybe_checkpoint(interval=1)
 
@@ -224,7 +170,7 @@ def compact(
     target_rows: int | None = None,
     orphan_grace: timedelta | None = None,
 ) -> CompactResult:
-    """Merge small files into files of up to `target_rows` rows, in one commit; idempotent."""
+    """Merge small files into files of about `target_rows` rows, in one commit; idempotent."""
     target = target_rows if target_rows is not None else settings().compact_target_rows
     grace = (
         orphan_grace if orphan_grace is not None else timedelta(seconds=settings().orphan_grace_s)
@@ -235,20 +181,30 @@ def compact(
     warehouse.recover(grace)
     for _attempt in range(COMMIT_ATTEMPTS):
         warehouse.refresh()
-        state = warehouse.state
-        result = CompactResult(files_before=_file_counts(state))
-        groups = plan(state, target)
-        if not groups:
+        warehouse.update_snapshot()  # the Delta tables at the head: the difference is ours
+        result = CompactResult(files_before=_file_counts(warehouse.state))
+        compact_tables(warehouse, target)
+        fault_point("compact_after_delta")
+        difference = recorded_difference(warehouse)
+        if difference is None:
+            continue
+        files, retires = difference
+        groups = plan_documents(warehouse.state, target)
+        if not files and not groups:
             _checkpoint(warehouse)  # one that crashed before its checkpoint
             result.files_after = result.files_before
             return result
-        batch = _batch_id(warehouse.head, groups)
-        record = stage_groups(warehouse, groups, batch)
+        retired = [str(warehouse.head), *retires, *(f.key for g in groups for f in g)]
+        batch = hashlib.sha256("\n".join(["compact", *retired]).encode()).hexdigest()[:16]
+        documents, retired_documents = stage_documents(warehouse, groups, batch)
+        record = CommitRecord(
+            batch=batch, kind=COMPACT, files=files + documents, retires=retires + retired_documents
+        )
         fault_point("compact_after_stage")
         try:
             seq = warehouse.commit(record)
         except PreconditionFailed:
-            # An ingest or another compaction was first: plan again from the new head.
+            # An ingest or another compaction was first: start over from the new head.
             warehouse.discard(batch)
             continue
         fault_point("compact_after_commit")
@@ -258,10 +214,9 @@ def compact(
         fault_point("compact_before_checkpoint")
         _checkpoint(warehouse)
         result.commit = seq
-        result.groups = len(groups)
         result.files_retired = len(record.retires)
         result.files_added = len(record.files)
-        result.rows = sum(g.rows for g in groups)
+        result.rows = sum(f.rows for f in record.files)
         result.files_after = _file_counts(warehouse.state)
         return result
     raise StorageError(

@@ -1,11 +1,13 @@
-"""Vacuum: delete the objects of files retired longer ago than the retention, then say so;
-then Delta's own log upkeep (a checkpoint per table, expired log entries dropped).
+"""Vacuum: delta-rs deletes what no Delta table needs any more, one kindex record forgets it.
 
-Order matters for crashes: the objects are deleted first and the `vacuum` record that forgets
-them is committed after. A crash in between leaves files that the state still lists as
-retired and that are partly gone: nothing live is touched, and the next vacuum deletes what
-is left (a missing object is not an error) and commits. Committing first could leak objects
-that no record names any more.
+delta-rs's full vacuum deletes each table's files removed longer ago than the retention, and
+files in its folder that no version lists, older than the retention (a compaction's that was
+never recorded, a killed writer's). It runs only with every Delta table at the log's head, so a
+file committed but not yet published is never one of those. Retired JSON documents (no Delta
+table) are deleted here. Deleting comes first, the `vacuum` record after: it forgets whatever
+is gone, settled quarantine files included (the log keeps them; the quarantine's Delta table
+does not). A crash in between touches nothing live, and the next vacuum forgets the rest.
+Then Delta's log upkeep: a checkpoint per table, expired log entries dropped.
 """
 
 from __future__ import annotations
@@ -19,15 +21,14 @@ from kindex_etl.errors import PreconditionFailed, StorageError
 from kindex_etl.load import delta, layout
 from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import VACUUM, CommitRecord
-from kindex_etl.load.state import RetiredFile
-from kindex_etl.load.warehouse import open_warehouse
+from kindex_etl.load.warehouse import Warehouse, open_warehouse
 
 COMMIT_ATTEMPTS = 8
 
 
 @dataclass
 class VacuumResult:
-    commit: int | None = None  # None: nothing old enough
+    commit: int | None = None  # None: nothing the log names was deleted
     deleted: list[str] = field(default_factory=list)
     kept: int = 0  # retired files still inside the retention period
     # Each Delta table checkpointed at this version, its expired log entries dropped.
@@ -42,12 +43,34 @@ class VacuumResult:
         }
 
 
-def _parse(at: str) -> datetime:
-    return datetime.fromisoformat(at.replace("Z", "+00:00"))
+def _expired(warehouse: Warehouse, retention: timedelta) -> list[str]:
+    now = datetime.now(UTC)
+    return [
+        k
+        for k, r in warehouse.state.retired.items()
+        if now - datetime.fromisoformat(r.at.replace("Z", "+00:00")) >= retention
+    ]
 
 
-def expired(retired: dict[str, RetiredFile], retention: timedelta, now: datetime) -> list[str]:
-    return [k for k, r in retired.items() if now - _parse(r.at) >= retention]
+def vacuum_tables(warehouse: Warehouse, retention: timedelta) -> list[str]:
+    """delta-rs's full vacuum of every Delta table; the keys it deleted."""
+    options = delta.storage_options(warehouse.store)
+    deleted: list[str] = []
+    for i, table in enumerate(delta.PUBLISH_ORDER):
+        dt = delta.open_table(warehouse.store, table, options)
+        if dt is None:
+            continue
+        paths = dt.vacuum(
+            # Whole hours: delta-rs's unit (a retention under an hour is one of 0 hours).
+            retention_hours=int(retention.total_seconds() // 3600),
+            enforce_retention_duration=False,
+            dry_run=False,
+            full=True,
+        )
+        deleted += [f"{table}/{p}" for p in paths]
+        if i == 0:
+            fault_point("vacuum_mid_delete")
+    return deleted
 
 
 def vacuum(warehouse_url: str, *, retention: timedelta | None = None) -> VacuumResult:
@@ -59,34 +82,37 @@ def vacuum(warehouse_url: str, *, retention: timedelta | None = None) -> VacuumR
     # Daily at the least: Delta tables a failed publish left behind catch up here.
     warehouse.refresh()
     warehouse.update_snapshot()
+    if delta.published_seq(warehouse.store) < warehouse.head:
+        raise StorageError(
+            f"{warehouse.store.url}: the Delta tables lag the log; not vacuuming files they "
+            "may not list yet (run the vacuum again)"
+        )
+    deleted = vacuum_tables(warehouse, keep_for)
+    for key in _expired(warehouse, keep_for):
+        if key.startswith("documents/"):
+            warehouse.store.delete(key)
+            deleted.append(key)
     for _attempt in range(COMMIT_ATTEMPTS):
         warehouse.refresh()
-        retired = warehouse.state.retired
-        keys = expired(retired, keep_for, datetime.now(UTC))
-        result = VacuumResult(kept=len(retired) - len(keys))
-        if not keys:
+        state = warehouse.state
+        # Whatever this vacuum or an earlier one that crashed deleted, by the log's own view.
+        retired = [k for k in _expired(warehouse, keep_for) if not warehouse.store.head(k)]
+        settled = state.replayed & set(state.files(layout.QUARANTINE))
+        settled = {k for k in settled if not warehouse.store.head(k)}
+        result = VacuumResult(deleted=sorted(deleted), kept=len(state.retired) - len(retired))
+        if not retired and not settled:
             result.delta_logs = delta.maintain_logs(warehouse.store)
             return result
-        # A retired file may still be listed by a Delta table whose publish failed (a
-        # transient error after the compaction's commit): publish first, delete only after.
-        warehouse.update_snapshot()
-        if delta.published_seq(warehouse.store) < warehouse.head:
-            raise StorageError(
-                f"{warehouse.store.url}: the Delta tables lag the log; not deleting files they "
-                "may still list (run the vacuum again)"
-            )
-        for i, key in enumerate(keys):
-            warehouse.store.delete(key)
-            warehouse.store.delete(layout.staging_key(retired[key].batch, key))
-            if i == 0:
-                fault_point("vacuum_mid_delete")
-        batch = hashlib.sha256("vacuum\n".join(keys).encode()).hexdigest()[:16]
+        gone = retired + sorted(settled)
+        batch = hashlib.sha256("vacuum\n".join(gone).encode()).hexdigest()[:16]
         try:
-            seq = warehouse.commit(CommitRecord(batch=batch, kind=VACUUM, vacuumed=keys))
+            seq = warehouse.commit(
+                CommitRecord(batch=batch, kind=VACUUM, retires=sorted(settled), vacuumed=gone)
+            )
         except PreconditionFailed:
             continue
         warehouse.update_snapshot()
-        result.commit, result.deleted = seq, keys
+        result.commit, result.deleted = seq, sorted(set(deleted) | set(gone))
         result.delta_logs = delta.maintain_logs(warehouse.store)
         return result
     raise StorageError(

@@ -127,7 +127,13 @@ def test_every_reader_sees_exactly_the_committed_runs_through_compaction_and_vac
 
 @pytest.mark.parametrize(
     "point",
-    ["compact_after_stage", "compact_after_commit", "mid_publish", "compact_after_publish"],
+    [
+        "compact_after_delta",
+        "compact_after_stage",
+        "compact_after_commit",
+        "mid_publish",
+        "compact_after_publish",
+    ],
 )
 def test_readers_stay_exact_through_a_compaction_that_crashed(tmp_path, point):
     upstream, wh = str(tmp_path / "up"), str(tmp_path / "wh")

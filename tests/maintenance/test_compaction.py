@@ -1,4 +1,5 @@
-"""Compaction: one commit that rewrites small files into large ones, readers undisturbed."""
+"""Compaction: delta-rs rewrites small files into large ones, one commit records it, readers
+undisturbed."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ from kindex_etl.load import layout
 from kindex_etl.load.faults import SimulatedCrash, crash_at
 from kindex_etl.load.warehouse import open_warehouse
 from kindex_etl.maintenance import compact, vacuum
-from kindex_etl.maintenance.compaction import plan
 from kindex_etl.storage import open_store
 from tests.maintenance import hourly_upstream, ingest_hourly, read_snapshot, run_ids, view
 from tests.warehouse import data_objects, keys_under, log_records
 
 HOURS = 6
 STEPS = (
+    "compact_after_delta",
     "compact_after_stage",
     "compact_after_commit",
     "mid_publish",
@@ -117,13 +118,15 @@ def test_compacting_compacted_data_changes_nothing(small_files):
 
 def test_packing_is_a_fixed_point_whatever_the_target(small_files):
     _, wh = small_files
+    files = len(read_snapshot(wh)["tables"][layout.RUNS])
     for target in (13, 25, 40):  # runs files hold 6 rows per release and commit here
         compact(wh, target_rows=target)
-        warehouse = open_warehouse(wh)
-        warehouse.refresh()
-        assert plan(warehouse.state, target) == []
-        sizes = [f.rows for f in warehouse.state.tables[layout.RUNS].values()]
-        assert all(r <= target for r in sizes if r < target)
+        runs = read_snapshot(wh)["tables"][layout.RUNS]
+        assert len(runs) < files  # small files merged...
+        files = len(runs)
+        records = log_records(wh)
+        assert compact(wh, target_rows=target).commit is None  # ...and merged files stay
+        assert log_records(wh) == records
     assert len(run_ids(view(wh, read_snapshot(wh)))) == HOURS * 12
 
 
@@ -160,7 +163,8 @@ def test_a_crash_at_any_step_leaves_exact_snapshots_and_the_next_run_finishes(
     kinds = Counter(r.get("kind", "ingest") for r in log_records(wh))
     assert kinds["compact"] == 1, kinds
     assert keys_under(wh, layout.STAGING) == set()
-    assert result.commit is None or step == "compact_after_stage"
+    # Crashed before its commit, it is made again; after it, nothing is left to do.
+    assert (result.commit is None) == (step not in ("compact_after_delta", "compact_after_stage"))
     # Its checkpoint too: start-ups read the run index, not the compacted files.
     warehouse = open_warehouse(wh)
     warehouse.refresh()
@@ -175,24 +179,63 @@ def test_a_compaction_that_loses_a_commit_race_plans_again(small_files, monkeypa
     upstream, wh = small_files
     import kindex_etl.maintenance.compaction as compact_module
 
-    real_stage = compact_module.stage_groups
+    real_stage = compact_module.stage_documents
     raced = []
 
     def stage_then_someone_commits(warehouse, groups, batch):
-        record = real_stage(warehouse, groups, batch)
-        if not raced:  # an hourly ingest commits while the compaction writes
+        staged = real_stage(warehouse, groups, batch)
+        if not raced:  # an hourly ingest commits (and publishes) while the compaction writes
             raced.append(batch)
             hourly_upstream(upstream, HOURS + 1)
             ingest_hourly(upstream, wh)
-        return record
+        return staged
 
-    monkeypatch.setattr(compact_module, "stage_groups", stage_then_someone_commits)
+    monkeypatch.setattr(compact_module, "stage_documents", stage_then_someone_commits)
     result = compact(wh)
     assert result.commit is not None and raced
     after = read_snapshot(wh)
     assert set(_per_partition(after).values()) == {1}
     assert len(run_ids(view(wh, after))) == (HOURS + 1) * 12
     assert keys_under(wh, f"{layout.STAGING}{raced[0]}/") == set()
+
+
+def test_an_ingest_published_between_delta_rs_and_the_record_starts_it_over(
+    small_files, monkeypatch
+):
+    """The ingest's publish lists the old files again over delta-rs's compaction (the same
+    rows): the difference no longer holds at the head, so nothing of it is recorded, and the
+    compaction runs again from the new head."""
+    from deltalake import DeltaTable
+
+    upstream, wh = small_files
+    import kindex_etl.maintenance.compaction as compact_module
+
+    real = compact_module.compact_tables
+    calls: list[int] = []
+
+    def compact_then_someone_ingests(warehouse, target_rows):
+        real(warehouse, target_rows)
+        calls.append(warehouse.head)
+        if len(calls) == 1:
+            hourly_upstream(upstream, HOURS + 1)
+            ingest_hourly(upstream, wh)
+            runs = DeltaTable(f"{wh}/{layout.RUNS}").to_pyarrow_table(columns=["external_id"])
+            assert runs.num_rows == (HOURS + 1) * 12  # every committed run, once
+
+    monkeypatch.setattr(compact_module, "compact_tables", compact_then_someone_ingests)
+    result = compact(wh)
+    assert len(calls) == 2 and calls[1] == calls[0] + 1
+    assert result.commit == calls[1] + 1
+    after = read_snapshot(wh)
+    assert set(_per_partition(after).values()) == {1}
+    assert len(run_ids(view(wh, after))) == (HOURS + 1) * 12
+    runs = DeltaTable(f"{wh}/{layout.RUNS}")
+    assert sorted(runs.to_pyarrow_table(columns=["external_id"]).column(0).to_pylist()) == (
+        run_ids(view(wh, after))
+    )
+    assert {
+        f"{layout.RUNS}/{p}" for p in runs.get_add_actions(True).column("path").to_pylist()
+    } == (set(after["tables"][layout.RUNS]))
 
 
 def test_vacuum_deletes_retired_files_only_after_the_retention(small_files):
@@ -241,9 +284,86 @@ def test_compaction_and_vacuum_on_s3(tmp_path, s3_bucket):
     assert view(wh, snap) == seen
 
 
-def test_every_table_has_a_write_schema_for_compaction():
-    """The bug class of issue 32's `KeyError: 'regressions'`: a table compaction cannot write.
-    Each table of the layout (documents aside: they are not Parquet) needs one."""
-    from kindex_etl.maintenance.compaction import WRITE_SCHEMAS
+def test_every_table_has_a_schema_for_its_delta_table():
+    """The bug class of issue 32's `KeyError: 'regressions'`: a table without a schema of its
+    own. Each table of the layout (documents aside: they are not Parquet) needs one."""
+    from kindex_etl.load import delta
 
-    assert set(layout.TABLES) <= set(WRITE_SCHEMAS)
+    assert set(layout.TABLES) <= set(delta.schemas())
+
+
+def test_vacuum_deletes_a_killed_writers_file_only_after_the_retention(small_files):
+    """delta-rs's full vacuum: a file in a table's folder that no version lists (a killed
+    writer's, a compaction's that never got recorded) goes once it is older than the retention."""
+    _, wh = small_files
+    store = open_store(wh)
+    live = read_snapshot(wh)["tables"][layout.RUNS][0]
+    stray = f"{layout.partition_of(live)}/part-killed-writer-00000.parquet"
+    stray = f"{layout.RUNS}/{stray}"
+    store.put_bytes(stray, store.get_bytes(live))
+    seen = view(wh, read_snapshot(wh))
+    vacuum(wh)  # a week's retention: the stray file is minutes old
+    assert store.head(stray) is not None
+    result = vacuum(wh, retention=timedelta(0))
+    assert store.head(stray) is None and stray in result.deleted
+    assert view(wh, read_snapshot(wh)) == seen
+
+
+def test_vacuum_forgets_the_quarantine_files_a_replay_settled(tmp_path):
+    """A settled quarantine file is live in the kindex log (its history) but not in the
+    quarantine's Delta table, so delta-rs's vacuum deletes it: the vacuum's record must take
+    it out of the log too, or the next command that reads the quarantine fails."""
+    import shutil
+
+    from kindex_etl import replay
+    from kindex_etl.maintenance.migrate import migrate
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "warehouse-main-5ae26c4"
+    wh = str(tmp_path / "wh")
+    shutil.copytree(fixture / "warehouse", wh)
+    migrate(wh)
+    replay(wh)
+    warehouse = open_warehouse(wh)
+    warehouse.refresh()
+    settled = warehouse.replayed_files() & set(warehouse.files(layout.QUARANTINE))
+    assert settled
+    held_back = _open_rows(wh)
+
+    vacuum(wh, retention=timedelta(0))
+
+    store = open_store(wh)
+    warehouse.refresh()
+    assert all(store.head(k) is None for k in settled)
+    missing = [k for k in warehouse.state.live() if store.head(k) is None]
+    assert missing == []
+    assert _open_rows(wh) == held_back
+    # Reads every open quarantine file (all still there) and finds nothing more to release.
+    assert replay(wh).runs_written == 0
+
+
+def test_a_release_with_a_local_version_compacts_and_reads_back(tmp_path):
+    """delta-rs writes release `0.8.0+cu121` into a folder `release=0.8.0%2Bcu121` and reports
+    that escaped again: the record must name the object itself, and its partition value stay
+    the release (found by trying it: the first cut refused to record the compaction)."""
+    from deltalake import DeltaTable
+
+    from tests.warehouse import put_objects, synthetic_csv
+
+    upstream, wh = str(tmp_path / "up"), str(tmp_path / "wh")
+    for h in range(3):
+        put_objects(upstream, {f"benchmarks/{h}/b.csv": synthetic_csv(["0.8.0+cu121"], day=1 + h)})
+    ingest_hourly(upstream, wh)
+    with crash_at("compact_after_delta"), pytest.raises(SimulatedCrash):
+        compact(wh)  # delta-rs committed; an ingest's publish then lists the old files again
+    put_objects(upstream, {"benchmarks/9/b.csv": synthetic_csv(["0.8.0+cu121"], day=9)})
+    ingest_hourly(upstream, wh)
+    assert compact(wh).commit is not None
+    ingest_hourly(upstream, wh)  # nothing new: the record's files are where it says
+
+    store = open_store(wh)
+    runs = read_snapshot(wh)["tables"][layout.RUNS]
+    assert any("%2B" in k for k in runs) and all(store.head(k) is not None for k in runs)
+    table = DeltaTable(f"{wh}/{layout.RUNS}").to_pyarrow_table(columns=["release", "external_id"])
+    assert set(table.column("release").to_pylist()) == {"0.8.0+cu121"}
+    assert sorted(table.column("external_id").to_pylist()) == run_ids(view(wh, read_snapshot(wh)))
+    assert table.num_rows == 4 * 6
