@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -327,10 +328,11 @@ def protocol_families(store: ObjectStore, snapshot: Mapping[str, Any]) -> dict[s
 
 
 def release_of(key: str) -> str | None:
-    """The `release=<v>` partition value of a runs file key."""
+    """The `release=<v>` partition value of a runs file key (unescaped: delta-rs's compaction
+    writes release `0.8.0+cu121` into a folder `release=0.8.0%2Bcu121`)."""
     for part in key.split("/"):
         if part.startswith("release="):
-            return part[len("release=") :]
+            return unquote(part[len("release=") :])
     return None
 
 

@@ -70,12 +70,9 @@ def documents_key(table: str, batch: str) -> str:
     return f"documents/{table}/part-{batch}.jsonl.zst"
 
 
-def part_key(table: str, batch: str, part: int, partition: str = "") -> str:
-    """A numbered part of a batch (compaction writes several per table and partition)."""
-    folder = f"{table}/{partition}/" if partition else f"{table}/"
-    if table.startswith("documents/"):
-        return f"{folder}part-{batch}-{part:05d}.jsonl.zst"
-    return f"{folder}part-{batch}-{part:05d}.parquet"
+def part_key(table: str, batch: str, part: int) -> str:
+    """A numbered part of a batch's documents of one kind (compaction writes several)."""
+    return f"{table}/part-{batch}-{part:05d}.jsonl.zst"
 
 
 def partition_of(key: str) -> str:

@@ -100,9 +100,8 @@ def stage_documents(
 
 
 def compact_tables(warehouse: Warehouse, target_rows: int) -> None:
-    """delta-rs compacts every Delta table of the warehouse (each commits to its own log).
-
-    Its target is in bytes: `target_rows` at the table's mean bytes per row."""
+    """delta-rs compacts every Delta table (each commit to its own log), to files of about
+    `target_rows` rows: its target is bytes, so at the table's mean bytes per row."""
     options = delta.storage_options(warehouse.store)
     for table in delta.PUBLISH_ORDER:
         dt = delta.open_table(warehouse.store, table, options)
@@ -138,10 +137,10 @@ def recorded_difference(warehouse: Warehouse) -> tuple[list[FileEntry], list[str
         held = delta.table_files(dt, table)
         new = {k: n for k, n in held.items() if k not in listed}
         gone = [k for k in listed if k not in held]
-        if sum(new.values()) != sum(listed[k].rows for k in gone):
+        added, dropped = sum(new.values()), sum(listed[k].rows for k in gone)
+        if added != dropped:
             raise StorageError(
-                f"{table}: the Delta table's new files hold {sum(new.values())} rows, the files "
-                f"it dropped {sum(listed[k].rows for k in gone)}; not recording it"
+                f"{table}: not recorded: new files hold {added} rows, gone {dropped}"
             )
         for key in new:
             if warehouse.store.head(key) is None:

@@ -1,13 +1,10 @@
 """Vacuum: delta-rs deletes what no Delta table needs any more, one kindex record forgets it.
 
-delta-rs's full vacuum deletes each table's files removed longer ago than the retention, and
-files in its folder that no version lists, older than the retention (a compaction's that was
-never recorded, a killed writer's). It runs only with every Delta table at the log's head, so a
-file committed but not yet published is never one of those. Retired JSON documents (no Delta
-table) are deleted here. Deleting comes first, the `vacuum` record after: it forgets whatever
-is gone, settled quarantine files included (the log keeps them; the quarantine's Delta table
-does not). A crash in between touches nothing live, and the next vacuum forgets the rest.
-Then Delta's log upkeep: a checkpoint per table, expired log entries dropped.
+delta-rs deletes each table's files removed longer ago than the retention, and (its full vacuum)
+files no version lists that are older than the orphan grace as well: a compaction's that was
+never recorded, a killed writer's, never a committed one not yet published. Retired JSON
+documents (no Delta table) are deleted here. A `vacuum` record then forgets what is gone, settled
+quarantine files included; a crash before it touches nothing live. Then Delta's log upkeep.
 """
 
 from __future__ import annotations
@@ -15,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from urllib.parse import unquote
 
 from kindex_etl.config import settings
 from kindex_etl.errors import PreconditionFailed, StorageError
@@ -22,6 +20,7 @@ from kindex_etl.load import delta, layout
 from kindex_etl.load.faults import fault_point
 from kindex_etl.load.record import VACUUM, CommitRecord
 from kindex_etl.load.warehouse import Warehouse, open_warehouse
+from kindex_etl.maintenance.compaction import recorded_difference
 
 COMMIT_ATTEMPTS = 8
 
@@ -52,22 +51,23 @@ def _expired(warehouse: Warehouse, retention: timedelta) -> list[str]:
     ]
 
 
-def vacuum_tables(warehouse: Warehouse, retention: timedelta) -> list[str]:
-    """delta-rs's full vacuum of every Delta table; the keys it deleted."""
+def vacuum_tables(warehouse: Warehouse, retention: timedelta, grace: timedelta) -> list[str]:
+    """delta-rs's vacuum of every Delta table, its full one (files no version lists) only past
+    `grace` as well: a writer's committed files are in no Delta log until it publishes them."""
     options = delta.storage_options(warehouse.store)
     deleted: list[str] = []
     for i, table in enumerate(delta.PUBLISH_ORDER):
         dt = delta.open_table(warehouse.store, table, options)
         if dt is None:
             continue
-        paths = dt.vacuum(
-            # Whole hours: delta-rs's unit (a retention under an hour is one of 0 hours).
-            retention_hours=int(retention.total_seconds() // 3600),
-            enforce_retention_duration=False,
-            dry_run=False,
-            full=True,
-        )
-        deleted += [f"{table}/{p}" for p in paths]
+        for full, keep in ((False, retention), (True, max(retention, grace))):
+            paths = dt.vacuum(
+                retention_hours=int(keep.total_seconds() // 3600),  # delta-rs's: whole hours
+                enforce_retention_duration=False,
+                dry_run=False,
+                full=full,
+            )
+            deleted += [f"{table}/{unquote(p)}" for p in paths]
         if i == 0:
             fault_point("vacuum_mid_delete")
     return deleted
@@ -82,12 +82,15 @@ def vacuum(warehouse_url: str, *, retention: timedelta | None = None) -> VacuumR
     # Daily at the least: Delta tables a failed publish left behind catch up here.
     warehouse.refresh()
     warehouse.update_snapshot()
-    if delta.published_seq(warehouse.store) < warehouse.head:
+    # Files the log names that a table does not (a compaction of delta-rs's not recorded yet)
+    # would be deleted as removed ones: every table must list what the log's head does.
+    if recorded_difference(warehouse) != ([], []):
         raise StorageError(
-            f"{warehouse.store.url}: the Delta tables lag the log; not vacuuming files they "
-            "may not list yet (run the vacuum again)"
+            f"{warehouse.store.url}: a Delta table does not list what the log's head does (a "
+            "publish behind, a compaction not recorded); not vacuuming: run `kindex-etl "
+            "compact`, then the vacuum again"
         )
-    deleted = vacuum_tables(warehouse, keep_for)
+    deleted = vacuum_tables(warehouse, keep_for, timedelta(seconds=settings().orphan_grace_s))
     for key in _expired(warehouse, keep_for):
         if key.startswith("documents/"):
             warehouse.store.delete(key)

@@ -114,15 +114,23 @@ def _stage(warehouse: Warehouse, batch: str, row: dict[str, Any]) -> FileEntry:
     return FileEntry(key=key, rows=1)
 
 
+_EPOCH = datetime.min.replace(tzinfo=UTC)  # a row without a time: before any with one
+
+
 def read_verdicts(store: ObjectStore) -> dict[str, dict[str, Any]]:
     """change_id -> its newest verdict row (an empty dict where nobody gave one)."""
     warehouse = Warehouse(store)
     warehouse.refresh()
     latest: dict[str, dict[str, Any]] = {}
-    # The live files in commit order, rows in file order: a later verdict wins (clocks of
-    # different hosts need not agree; the log's order is the truth).
-    for f in warehouse.state.tables.get(layout.TRIAGE, {}).values():
-        for r in warehouse.read_file(f.batch, f.key).to_pylist():
+    order: dict[str, tuple[datetime, int, int]] = {}
+    # The latest `recorded_at` wins, as a Delta reader can order them (the daily compaction,
+    # delta-rs's, writes a file's rows newest commit first); a tie goes to the later commit.
+    for i, f in enumerate(warehouse.state.tables.get(layout.TRIAGE, {}).values()):
+        for j, r in enumerate(warehouse.read_file(f.batch, f.key).to_pylist()):
+            at = (r["recorded_at"] or _EPOCH, i, j)
+            if r["change_id"] in order and order[r["change_id"]] > at:
+                continue
+            order[r["change_id"]] = at
             latest[r["change_id"]] = {
                 **r,
                 "state": r["verdict"],

@@ -118,3 +118,24 @@ def test_triage_on_s3(tmp_path: Path, s3_bucket: str) -> None:
     assert re.fullmatch(r"plotly-\d+\.\d+\.\d+\.min\.js", asset)
     head = store.head("reports/" + asset)
     assert head is not None and head.size > 1_000_000
+
+
+def test_the_latest_verdict_survives_the_daily_compaction(warehouse: str) -> None:
+    """Found by review: delta-rs's compaction writes a file's rows newest commit first, and
+    the verdict in force was the row last in file order. It is the latest `recorded_at` now,
+    as a Delta reader can order them."""
+    from datetime import UTC, datetime, timedelta
+
+    from kindex_etl.maintenance import compact
+
+    first, _ = _alerts(warehouse)
+    store = open_store(warehouse)
+    at = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
+    for i, verdict in enumerate(("acknowledged", "expected", "invalid")):
+        record_verdict(store, first, verdict, now=at + timedelta(minutes=i))
+    assert read_verdicts(store)[first]["state"] == "invalid"
+    assert compact(warehouse).commit is not None
+    wh = open_warehouse(warehouse, create=False)
+    wh.refresh()
+    assert len(wh.files(layout.TRIAGE)) == 1  # the three merged into one file
+    assert read_verdicts(store)[first]["state"] == "invalid"
