@@ -45,7 +45,10 @@ class Known:
     state: str
     series_key: str
     after_release: str
-    seq: int  # warehouse_seq: the highest is current (ties: the later file, the later row)
+    # warehouse_seq: the highest is current; ties (two analyses of one snapshot that disagree)
+    # go to the later file and row, which delta-rs's compaction (newest commit first) reverses
+    # until an analysis writes the change again: the daily job's, right after the compaction.
+    seq: int
     batch: str  # where the whole row is
     key: str
 

@@ -10,6 +10,7 @@ quarantine files included; a crash before it touches nothing live. Then Delta's 
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from urllib.parse import unquote
@@ -62,7 +63,7 @@ def vacuum_tables(warehouse: Warehouse, retention: timedelta, grace: timedelta) 
             continue
         for full, keep in ((False, retention), (True, max(retention, grace))):
             paths = dt.vacuum(
-                retention_hours=int(keep.total_seconds() // 3600),  # delta-rs's: whole hours
+                retention_hours=math.ceil(keep.total_seconds() / 3600),  # whole hours, up
                 enforce_retention_duration=False,
                 dry_run=False,
                 full=full,

@@ -124,7 +124,7 @@ def read_verdicts(store: ObjectStore) -> dict[str, dict[str, Any]]:
     latest: dict[str, dict[str, Any]] = {}
     order: dict[str, tuple[datetime, int, int]] = {}
     # The latest `recorded_at` wins, as a Delta reader can order them (the daily compaction,
-    # delta-rs's, writes a file's rows newest commit first); a tie goes to the later commit.
+    # delta-rs's, writes a file's rows newest commit first); a tie, to the later file and row.
     for i, f in enumerate(warehouse.state.tables.get(layout.TRIAGE, {}).values()):
         for j, r in enumerate(warehouse.read_file(f.batch, f.key).to_pylist()):
             at = (r["recorded_at"] or _EPOCH, i, j)

@@ -319,6 +319,19 @@ def test_vacuum_deletes_a_killed_writers_file_only_after_the_retention(small_fil
     assert view(wh, read_snapshot(wh)) == seen
 
 
+def test_a_grace_under_an_hour_is_not_rounded_down_to_none(small_files, monkeypatch):
+    """Found by review: delta-rs counts whole hours, and half an hour rounded down was 0: the
+    full vacuum then deleted a file a writer had just committed and not yet published."""
+    _, wh = small_files
+    monkeypatch.setenv("KINDEX_ORPHAN_GRACE_S", "1800")
+    store = open_store(wh)
+    live = read_snapshot(wh)["tables"][layout.RUNS][0]
+    fresh = f"{layout.RUNS}/{layout.partition_of(live)}/part-committed-not-published-00000.parquet"
+    store.put_bytes(fresh, store.get_bytes(live))
+    vacuum(wh, retention=timedelta(minutes=30))
+    assert store.head(fresh) is not None
+
+
 def test_vacuum_refuses_while_a_compaction_is_not_recorded(small_files):
     """Found by review: after delta-rs compacted and before the record (a crash), the Delta
     tables have removed files the log still lists as live; a vacuum deleted them and every
