@@ -21,7 +21,6 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +32,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..contracts.tables import millisecond_timestamps
 from ..extract.history import History, default_history
+from ..load.layout import release_of
 from ..load.writers import groups_by_code
 from ..scratch import ScratchDir
 from ..storage import NotFound, ObjectStore
@@ -325,15 +325,6 @@ def protocol_families(store: ObjectStore, snapshot: Mapping[str, Any]) -> dict[s
             spec = json.loads(document).get("spec", {})
             families[digest] = spec.get("comparability", {}).get("family", "")
     return families
-
-
-def release_of(key: str) -> str | None:
-    """The `release=<v>` partition value of a runs file key (unescaped: delta-rs's compaction
-    writes release `0.8.0+cu121` into a folder `release=0.8.0%2Bcu121`)."""
-    for part in key.split("/"):
-        if part.startswith("release="):
-            return unquote(part[len("release=") :])
-    return None
 
 
 def release_ranks(versions: set[str]) -> dict[str, int]:

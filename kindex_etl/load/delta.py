@@ -197,11 +197,10 @@ def _delta_type(type_: pa.DataType) -> pa.DataType:
 def _partition(table: str, key: str) -> dict[str, str | None]:
     if table != layout.RUNS:
         return {}
-    folder = layout.partition_of(key)
-    name, _, value = folder.partition("=")
-    if name != PARTITION_COLUMN:
+    release = layout.release_of(key)
+    if release is None:
         raise StorageError(f"runs file outside a release partition: {key}")
-    return {PARTITION_COLUMN: unquote(value)}
+    return {PARTITION_COLUMN: release}
 
 
 def table_files(dt: DeltaTable, table: str) -> dict[str, int]:

@@ -27,6 +27,8 @@ _kindex/announced.json                                      the commit through w
 
 from __future__ import annotations
 
+from urllib.parse import unquote
+
 RUNS = "benchmark_runs"
 PROTOCOLS = "benchmark_protocols"
 ENVIRONMENTS = "execution_environments"
@@ -79,6 +81,13 @@ def partition_of(key: str) -> str:
     """The hive partition folder of a data key ("release=0.8.0"), or "" for unpartitioned."""
     parent = key[len(table_of(key)) + 1 :].rpartition("/")[0]
     return parent
+
+
+def release_of(key: str) -> str | None:
+    """A runs file's release: its `release=` folder, unescaped (delta-rs's compaction writes
+    release `0.8.0+cu121` into a folder `release=0.8.0%2Bcu121`); None outside one."""
+    name, _, value = partition_of(key).partition("=")
+    return unquote(value) if name == "release" else None
 
 
 def checkpoint_key(seq: int) -> str:

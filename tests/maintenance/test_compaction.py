@@ -392,7 +392,6 @@ def test_a_release_with_a_local_version_compacts_and_reads_back(tmp_path):
     the release (found by trying it: the first cut refused to record the compaction)."""
     from deltalake import DeltaTable
 
-    from kindex_etl.analysis.series import release_of
     from tests.warehouse import put_objects, synthetic_csv
 
     upstream, wh = str(tmp_path / "up"), str(tmp_path / "wh")
@@ -411,7 +410,7 @@ def test_a_release_with_a_local_version_compacts_and_reads_back(tmp_path):
     assert any("%2B" in k for k in runs) and all(store.head(k) is not None for k in runs)
     # The analysis takes a file's release from its key (found by review: it read the escaped
     # folder name, and ranked the release before every other one).
-    assert {release_of(k) for k in runs} == {"0.8.0+cu121"}
+    assert {layout.release_of(k) for k in runs} == {"0.8.0+cu121"}
     table = DeltaTable(f"{wh}/{layout.RUNS}").to_pyarrow_table(columns=["release", "external_id"])
     assert set(table.column("release").to_pylist()) == {"0.8.0+cu121"}
     assert sorted(table.column("external_id").to_pylist()) == run_ids(view(wh, read_snapshot(wh)))
