@@ -13,8 +13,9 @@ copy first with `--compact` (compact, which checkpoints, vacuum, a full analysis
 `kindex-etl ingest --json --no-trigger` as a subprocess and prints one JSON line: the wall time, the
 ingest's and the chained analysis' seconds, the changes it looked at and whether it wrote the
 report (an hourly analysis does not), how many processes it used, and the new changes and
-alerts it committed. Run it with `PYTHONPATH` set
-to another checkout to compare commits; the machine is shared: alternate them.
+alerts it committed. To compare commits, run it from each checkout's own folder (the
+commands are `python -m kindex_etl.cli`, and `-m` puts the working directory before
+`PYTHONPATH`); the machine is shared: alternate them.
 """
 
 from __future__ import annotations

@@ -10,9 +10,10 @@ Copies `--warehouse` (made by `bench_ingest.py --keep`) and ingests a day into t
 a fresh copy of that day's warehouse per repeat, times `kindex-etl compact --json` and
 `kindex-etl vacuum --retention-s 0 --json` (retention 0: the compacted files are deleted now,
 as a week later) as subprocesses: wall seconds, peak RSS of the command and of its process
-tree, and what each says it did. One JSON line per repeat. Run it with `PYTHONPATH` set to
-another checkout to compare commits (the day's warehouse is kept in `--workdir` and reused
-when its hours match); the machine is shared: alternate them.
+tree, and what each says it did. One JSON line per repeat. To compare commits, run it from
+each checkout's own folder (the commands are `python -m kindex_etl.cli`, and `-m` puts the
+working directory before `PYTHONPATH`); the day's warehouse is kept in `--workdir` and reused
+when its hours match. The machine is shared: alternate them.
 """
 
 from __future__ import annotations

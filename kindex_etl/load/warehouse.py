@@ -369,10 +369,16 @@ class Warehouse:
 
         kept = self.run_index()
         if kept is None:
-            runs = self.read_table(layout.RUNS, STORED_KEY_COLUMNS)
-            if runs is None:
+            # File by file: every run's key columns read at once (two 71-character digests a
+            # run) peaked at ~3 GiB over 4.4M runs in the first checkpoint after a backfill.
+            parts = [
+                stored_index(self.read_file(f.batch, f.key, STORED_KEY_COLUMNS))
+                for f in self.state.tables.get(layout.RUNS, {}).values()
+            ]
+            if not parts:
                 return
-            index = stored_index(runs)
+            # One dictionary of series ids, as one read would give (a third smaller on disk).
+            index = pa.concat_tables(parts).unify_dictionaries().combine_chunks()
         else:
             # The previous index and what was committed since: the cost of a checkpoint does
             # not grow with the warehouse's history, only with its index's size.

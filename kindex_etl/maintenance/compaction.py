@@ -158,7 +158,7 @@ def _checkpoint(warehouse: Warehouse) -> None:
     """A checkpoint at the head when anything was committed since the last one: start-ups
     read the run files committed since the last one, and compacted files hold old runs (an
     hourly ingest after a 4.4M-run one: 4.7 s without, 1.8 s with; the checkpoint rewrites the
-    run index, 8.6 s at 4.4M runs, once a day). README, "Compaction, vacuum, checkpoints"."""
+    run index once a day, docs/performance.md). README, "Compaction, vacuum, checkpoints"."""
     if settings().checkpoint_interval > 0 and warehouse.records:
         warehouse.maybe_checkpoint(interval=1)
 

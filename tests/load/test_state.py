@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -15,6 +16,7 @@ from kindex_etl.load.record import CommitRecord, FileEntry
 from kindex_etl.load.state import WarehouseState
 from kindex_etl.load.warehouse import Warehouse, open_warehouse
 from kindex_etl.maintenance import compact, vacuum
+from kindex_etl.normalize.columnar import STORED_KEY_COLUMNS, stored_index
 from kindex_etl.storage import open_store
 from tests.maintenance import hourly_upstream, ingest_hourly
 
@@ -153,6 +155,27 @@ def test_without_a_usable_run_index_a_writer_reads_every_run_file(hourly):
     open_store(wh).delete(layout.run_index_key(6))
     assert _opened(wh).run_index() is None
     assert _backfill_in_a_new_process(upstream, wh) == (0, total)
+
+
+def test_an_index_with_none_before_it_is_read_file_by_file_and_holds_every_run(hourly):
+    # The first checkpoint after a backfill reads each runs file's key columns in turn (all
+    # of them at once peaked at ~3 GiB over 4.4M runs): the same rows as all runs at once.
+    _, wh = hourly
+    store = open_store(wh)
+    store.delete(layout.run_index_key(6))
+    warehouse = _opened(wh)
+    assert warehouse.run_index() is None
+    assert len(warehouse.state.tables[layout.RUNS]) > 1
+    warehouse._write_run_index(99)
+    written = pq.read_table(store.local_path(layout.run_index_key(99)))
+    runs = warehouse.read_table(layout.RUNS, STORED_KEY_COLUMNS)
+    assert runs is not None
+
+    def rows(table: pa.Table) -> list[tuple[object, ...]]:
+        return sorted(zip(*(c.to_pylist() for c in table.columns), strict=True))
+
+    assert written.num_rows == runs.num_rows == _runs(wh)
+    assert rows(written) == rows(stored_index(runs))
 
 
 def test_runs_compacted_since_the_checkpoint_are_known_once(hourly, monkeypatch):
