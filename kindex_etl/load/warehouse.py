@@ -377,7 +377,7 @@ class Warehouse:
             ]
             if not parts:
                 return
-            # One dictionary of series ids, as one read would give (a third smaller on disk).
+            # One dictionary of series ids, as one read would give (a quarter smaller on disk).
             index = pa.concat_tables(parts).unify_dictionaries().combine_chunks()
         else:
             # The previous index and what was committed since: the cost of a checkpoint does
