@@ -203,15 +203,20 @@ def _partition(table: str, key: str) -> dict[str, str | None]:
     return {PARTITION_COLUMN: release}
 
 
-def table_files(dt: DeltaTable, table: str) -> dict[str, int]:
-    """The files a Delta table lists, by warehouse key, and their rows.
+def warehouse_key(table: str, path: str) -> str:
+    """The object key of a path delta-rs reports (its add actions, its vacuum's deletions).
 
     delta-rs reports a path escaped; its log (and our actions) hold the object's own name: its
     compaction writes release `0.8.0+cu121` into a folder `release=0.8.0%2Bcu121`, which it
     logs as that and reports as `release=0.8.0%252Bcu121`."""
+    return f"{table}/{unquote(path)}"
+
+
+def table_files(dt: DeltaTable, table: str) -> dict[str, int]:
+    """The files a Delta table lists, by warehouse key, and their rows."""
     adds = dt.get_add_actions(flatten=True)
     paths, rows = adds.column("path").to_pylist(), adds.column("num_records").to_pylist()
-    return {f"{table}/{unquote(p)}": int(n or 0) for p, n in zip(paths, rows, strict=True)}
+    return {warehouse_key(table, p): int(n or 0) for p, n in zip(paths, rows, strict=True)}
 
 
 def _add(store: ObjectStore, table: str, f: LiveFile) -> AddAction:

@@ -13,7 +13,6 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from urllib.parse import unquote
 
 from kindex_etl.config import settings
 from kindex_etl.errors import PreconditionFailed, StorageError
@@ -68,7 +67,7 @@ def vacuum_tables(warehouse: Warehouse, retention: timedelta, grace: timedelta) 
                 dry_run=False,
                 full=full,
             )
-            deleted += [f"{table}/{unquote(p)}" for p in paths]
+            deleted += [delta.warehouse_key(table, p) for p in paths]
         if i == 0:
             fault_point("vacuum_mid_delete")
     return deleted
