@@ -183,44 +183,56 @@ def _runs_of(changes: Sequence[dict[str, Any]], attach: Attach | None) -> dict[s
     return out
 
 
-def build_report(
-    points: pd.DataFrame | pa.Table | PointSpill,
-    changes: list[dict[str, Any]],
-    cal: Calibration,
-    seq: int | None = None,
-    *,
-    verdicts: Mapping[str, Mapping[str, Any]] | None = None,
-    attach: Attach | None = None,
-    plotly: str | None = None,
-    workers: Workers | None = None,
-) -> dict[str, str]:
-    """Page name -> HTML: `index.html` and `<kernel>.html` for every kernel with runs.
+class Draft:
+    """A report being drawn: `pages` gives page name -> HTML, `index.html` and
+    `<kernel>.html` for every kernel with runs.
 
     Release points are made pandas one kernel at a time (one frame per kernel, not all).
-    `plotly`: the shared asset's name (`assets.plotly_js`). `workers`: processes that draw
-    the kernel pages of a `PointSpill`'s points (each reads its kernel's file).
-    """
-    plotly = plotly or plotly_js()[0]
-    releases: set[str] = set()  # the changes' (what their tables sort by)
-    by_kernel: dict[str, list[dict[str, Any]]] = {}
-    for c in changes:
-        by_kernel.setdefault(str(c["kernel"]), []).append(c)
-        releases.add(text(c.get("after_release")))
-    rank = {r: i for i, r in enumerate(sorted(releases, key=version_order))}
-    ctx = ChangeContext(page_of=page_of, release_rank=rank, verdicts=verdicts or {})
-    ctx.runs = _runs_of(changes, attach)
-    matrix = Matrix()
-    matrix.add_changes(changes)
-    summary: dict[str, dict[str, Any]] = {}
-    pages: dict[str, str] = {}
-    min_effect = cal.settings.min_effect
-    for k, part in _kernel_parts(points, by_kernel, ctx, plotly, min_effect, workers):
-        matrix.add_points(k, part.releases)
-        summary[k] = part.summary
-        ctx.dates.update(part.dates)
-        matrix.add_speedups(part.speedups)
-        pages[page_of(k)] = part.page
-    return {"index.html": index_page(summary, matrix, changes, ctx, cal, seq), **pages}
+    `plotly`: the shared asset's name (`assets.plotly_js`). `workers`: processes that draw the
+    kernel pages of a `PointSpill`'s points (each reads its kernel's file); they are handed
+    every page when the draft is made, and draw while the caller does something else (the
+    analysis commits its changes meanwhile)."""
+
+    def __init__(
+        self,
+        points: pd.DataFrame | pa.Table | PointSpill,
+        changes: list[dict[str, Any]],
+        cal: Calibration,
+        seq: int | None = None,
+        *,
+        verdicts: Mapping[str, Mapping[str, Any]] | None = None,
+        attach: Attach | None = None,
+        plotly: str | None = None,
+        workers: Workers | None = None,
+    ) -> None:
+        self.plotly = plotly or plotly_js()[0]
+        self.changes, self.cal, self.seq = changes, cal, seq
+        releases: set[str] = set()  # the changes' (what their tables sort by)
+        by_kernel: dict[str, list[dict[str, Any]]] = {}
+        for c in changes:
+            by_kernel.setdefault(str(c["kernel"]), []).append(c)
+            releases.add(text(c.get("after_release")))
+        rank = {r: i for i, r in enumerate(sorted(releases, key=version_order))}
+        self.ctx = ChangeContext(page_of=page_of, release_rank=rank, verdicts=verdicts or {})
+        self.ctx.runs = _runs_of(changes, attach)
+        min_effect = cal.settings.min_effect
+        self._parts = _kernel_parts(points, by_kernel, self.ctx, self.plotly, min_effect,
+                                    workers)  # fmt: skip
+
+    def pages(self) -> dict[str, str]:
+        matrix = Matrix()
+        matrix.add_changes(self.changes)
+        summary: dict[str, dict[str, Any]] = {}
+        pages: dict[str, str] = {}
+        ctx = self.ctx
+        for k, part in self._parts:
+            matrix.add_points(k, part.releases)
+            summary[k] = part.summary
+            ctx.dates.update(part.dates)
+            matrix.add_speedups(part.speedups)
+            pages[page_of(k)] = part.page
+        index = index_page(summary, matrix, self.changes, ctx, self.cal, self.seq)
+        return {"index.html": index, **pages}
 
 
 @dataclass
@@ -280,12 +292,10 @@ def _kernel_parts(
     min_effect: float,
     workers: Workers | None,
 ) -> Iterator[tuple[str, KernelPart]]:
-    """Each kernel's part, by kernel name: drawn here, or by `workers` from the spill."""
+    """Each kernel's part, by kernel name: drawn here as the iterator is read, or by `workers`
+    from the spill, every page handed to them before this returns."""
     if workers is None or not workers.parallel or not isinstance(points, PointSpill):
-        for k, frame in _kernel_frames(points):
-            changes = by_kernel.get(k, [])
-            yield k, kernel_part(k, frame, changes, ctx, plotly=plotly, min_effect=min_effect)
-        return
+        return _parts_here(points, by_kernel, ctx, plotly, min_effect)
     jobs = []
     for k in points.kernels():
         changes = by_kernel.get(k, [])
@@ -293,8 +303,19 @@ def _kernel_parts(
         own = replace(ctx, dates={}, runs={i: r for i, r in ctx.runs.items() if i in ids})
         path = str(points.path(k))
         jobs.append((k, workers.submit(_kernel_task, k, path, changes, own, plotly, min_effect)))
-    for k, job in jobs:
-        yield k, job.result()
+    return ((k, job.result()) for k, job in jobs)
+
+
+def _parts_here(
+    points: pd.DataFrame | pa.Table | PointSpill,
+    by_kernel: Mapping[str, list[dict[str, Any]]],
+    ctx: ChangeContext,
+    plotly: str,
+    min_effect: float,
+) -> Iterator[tuple[str, KernelPart]]:
+    for k, frame in _kernel_frames(points):
+        changes = by_kernel.get(k, [])
+        yield k, kernel_part(k, frame, changes, ctx, plotly=plotly, min_effect=min_effect)
 
 
 def _kernel_task(
@@ -328,30 +349,27 @@ def _kernel_frames(
         yield str(k), points.filter(pc.equal(column, k)).to_pandas()
 
 
-def write_report(
+def write_report(store: ObjectStore, draft: Draft) -> str:
+    """Write the draft's pages and the shared script under `reports/`; returns where
+    index.html is (a path or URL)."""
+    write_assets(store, PREFIX)  # under the name the draft's pages load it by
+    for name, html in draft.pages().items():
+        store.put_bytes(PREFIX + name, html.encode("utf-8"))
+    path = store.local_path(PREFIX + "index.html")
+    return str(path) if path is not None else f"{store.url.rstrip('/')}/{PREFIX}index.html"
+
+
+def draft_report(
     store: ObjectStore,
-    frame: pd.DataFrame | pa.Table | PointSpill,
+    points: pd.DataFrame | pa.Table | PointSpill,
     changes: list[dict[str, Any]],
     cal: Calibration,
     seq: int | None = None,
     *,
     attach: Attach | None = None,
     workers: Workers | None = None,
-) -> str:
-    """Write the pages and the shared script under `reports/`, with the verdicts recorded in
-    the warehouse; returns where index.html is (a path or URL)."""
-    plotly = write_assets(store, PREFIX)
-    pages = build_report(
-        frame,
-        changes,
-        cal,
-        seq,
-        verdicts=read_verdicts(store),
-        attach=attach,
-        plotly=plotly,
-        workers=workers,
-    )
-    for name, html in pages.items():
-        store.put_bytes(PREFIX + name, html.encode("utf-8"))
-    path = store.local_path(PREFIX + "index.html")
-    return str(path) if path is not None else f"{store.url.rstrip('/')}/{PREFIX}index.html"
+) -> Draft:
+    """Start drawing the report of `changes`, with the verdicts recorded in the warehouse
+    (`write_report` puts it in place)."""
+    return Draft(points, changes, cal, seq, verdicts=read_verdicts(store), attach=attach,
+                 workers=workers)  # fmt: skip

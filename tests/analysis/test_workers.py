@@ -262,3 +262,37 @@ def test_an_hourly_analysis_leaves_out_retracted_changes_of_the_untouched_series
     assert hourly.incremental
     assert [c["kernels_at_step"] for c in hourly.changes] == [2, 2]
     assert {c["state"] for c in hourly.changes} == {"alert"}
+
+
+def test_the_workers_draw_the_pages_during_the_commit_and_none_is_put_if_it_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kernel pages are handed to the workers before the changes commit (they draw while
+    the parent commits), and put in place only after it: a failed commit leaves no page."""
+    import kindex_etl.analysis.publish as publish
+
+    wh = build_warehouse(
+        tmp_path,
+        [series_rows(STEP), series_rows(SLOW_AT_6, x="4096"), series_rows(STEP, kernel="geglu")],
+    )
+    submitted: list[str] = []
+    real_submit = Workers.submit
+
+    def submit(self: Workers, fn: Callable[..., object], /, *args: object) -> object:
+        submitted.append(fn.__name__)
+        return real_submit(self, fn, *args)
+
+    def failing_commit(*args: object, **kwargs: object) -> None:
+        assert "_kernel_task" in submitted  # the pages are being drawn meanwhile
+        raise OSError("the warehouse bucket is away")
+
+    monkeypatch.setattr(Workers, "submit", submit)
+    monkeypatch.setattr(publish, "commit_changes", failing_commit)
+    with pytest.raises(OSError, match="bucket is away"):
+        run_regressions(wh, workers=2, bucket_rows=8)
+    assert not (Path(wh) / "reports").exists()
+
+    monkeypatch.undo()
+    done = run_regressions(wh, workers=2, bucket_rows=8)
+    assert done.workers == 2 and done.commit is not None and len(done.alerts) >= 2
+    assert {"index.html", "geglu.html"} <= set(_pages(wh))
