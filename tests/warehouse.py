@@ -165,6 +165,7 @@ def tables(
             ("external_id",),
             ("digest",),
             ("source_key", "source_row", "reason"),
+            ("change_id", "warehouse_seq", "written_seq"),
             ("change_id", "warehouse_seq"),
         ):
             if all(c in t.column_names for c in sort_key):

@@ -177,11 +177,17 @@ def read_tables(url: str, history: History) -> tuple[list[dict[str, Any]], Runs]
     warehouse.refresh()
     table = warehouse.read_table("regressions")
     rows = [] if table is None else table.to_pylist()
-    # The current state of a change is its row with the highest warehouse_seq.
+
+    # The current state of a change is its row with the highest warehouse_seq, then
+    # written_seq (docs/tables.md).
+    def rank(row: dict[str, Any]) -> tuple[int, int]:
+        written = row.get("written_seq")
+        return row["warehouse_seq"], -1 if written is None else written
+
     latest: dict[str, dict[str, Any]] = {}
     for row in rows:
         held = latest.get(row["change_id"])
-        if held is None or row["warehouse_seq"] >= held["warehouse_seq"]:
+        if held is None or rank(row) >= rank(held):
             latest[row["change_id"]] = row
     columns = [
         "external_id",

@@ -74,16 +74,19 @@ def delta_columns(table: Path, columns: list[str]) -> pa.Table:
 
 
 def current_states(warehouse: Path) -> dict[str, str]:
-    """Each change's current state: its row of the highest warehouse_seq."""
+    """Each change's current state: its row of the highest warehouse_seq, then written_seq."""
     table = Path(warehouse) / "regressions"
     if not (table / "_delta_log").exists():
         return {}
-    rows = delta_columns(table, ["change_id", "state", "warehouse_seq"])
-    latest: dict[str, tuple[int, str]] = {}
-    for change, state, seq in zip(*(rows[c].to_pylist() for c in rows.column_names), strict=True):
-        if change not in latest or seq > latest[change][0]:
-            latest[change] = (seq, state)
-    return {change: state for change, (_seq, state) in latest.items()}
+    rows = delta_columns(table, ["change_id", "state", "warehouse_seq", "written_seq"])
+    latest: dict[str, tuple[tuple[int, int], str]] = {}
+    for change, state, seq, written in zip(
+        *(rows[c].to_pylist() for c in rows.column_names), strict=True
+    ):
+        rank = (seq, -1 if written is None else written)
+        if change not in latest or rank > latest[change][0]:
+            latest[change] = (rank, state)
+    return {change: state for change, (_rank, state) in latest.items()}
 
 
 def live(states: dict[str, str]) -> dict[str, str]:

@@ -45,12 +45,17 @@ class Known:
     state: str
     series_key: str
     after_release: str
-    # warehouse_seq: the highest is current; ties (two analyses of one snapshot that disagree)
-    # go to the later file and row, which delta-rs's compaction (newest commit first) reverses
-    # until an analysis writes the change again: the daily job's, right after the compaction.
-    seq: int
+    # (warehouse_seq, written_seq): the highest is current. Without written_seq, ties (two
+    # analyses of one snapshot, run at once, that disagree) went to the later file and row,
+    # which delta-rs's compaction (newest commit first) reversed.
+    rank: tuple[int, int]
     batch: str  # where the whole row is
     key: str
+
+    @property
+    def seq(self) -> int:
+        """The row's warehouse_seq: the snapshot its analysis read."""
+        return self.rank[0]
 
 
 @dataclass(frozen=True)
@@ -68,33 +73,53 @@ class Scope:
 
 
 def _seq(value: int | None) -> int:
-    """A row's warehouse_seq; a row without one (none were ever written so) comes first."""
+    """A row's warehouse_seq or written_seq; a row without one (written before the column
+    existed) comes first."""
     return -1 if value is None else int(value)
+
+
+def _rank(warehouse_seq: int | None, written_seq: int | None) -> tuple[int, int]:
+    """Which of a change's rows is current: the highest rank (docs/tables.md)."""
+    return _seq(warehouse_seq), _seq(written_seq)
+
+
+def _rank_of(row: dict[str, Any]) -> tuple[int, int]:
+    return _rank(row["warehouse_seq"], row.get("written_seq"))
 
 
 def known_changes(warehouse: Warehouse) -> dict[str, Known]:
     """change_id -> its latest committed row."""
-    # The live files in commit order (`records` starts at the newest checkpoint, so it may
-    # not hold them all). By warehouse_seq, as readers decide (docs/tables.md), not by file
-    # order alone: a compaction merges files.
+    # By rank, as readers decide (docs/tables.md), not by file order: a compaction merges
+    # files. Equal ranks (rows written before written_seq existed) go to the later file and
+    # row, as before.
     latest: dict[str, Known] = {}
     columns = ["change_id", "state", "series_key", "after_release", "warehouse_seq"]
     for f in warehouse.state.tables.get(layout.REGRESSIONS, {}).values():
-        table = warehouse.read_file(f.batch, f.key, columns)
-        for cid, state, series, after, seq in zip(
-            *(table.column(c).to_pylist() for c in columns), strict=True
+        table = _with_written(warehouse, f.batch, f.key, columns)
+        for cid, state, series, after, seq, written in zip(
+            *(table.column(c).to_pylist() for c in [*columns, "written_seq"]), strict=True
         ):
             held = latest.get(cid)
-            if held is None or _seq(seq) >= held.seq:
-                latest[cid] = Known(state, series, after, _seq(seq), f.batch, f.key)
+            rank = _rank(seq, written)
+            if held is None or rank >= held.rank:
+                latest[cid] = Known(state, series, after, rank, f.batch, f.key)
     return latest
+
+
+def _with_written(warehouse: Warehouse, batch: str, key: str, columns: list[str]) -> pa.Table:
+    """`columns` of a regressions file and its written_seq (nulls in a file older than it)."""
+    try:
+        return warehouse.read_file(batch, key, [*columns, "written_seq"])
+    except pa.ArrowInvalid:
+        table = warehouse.read_file(batch, key, columns)
+        return table.append_column("written_seq", pa.nulls(table.num_rows, pa.int64()))
 
 
 # What `controls.step_of` reads of a change, and what says which row is its latest.
 _STEP_COLUMNS = [
-    "change_id", "warehouse_seq", "state", "kernel", "series_key", "series_class", "metric",
-    "direction", "origin", "gpu_product", "gpu_form_factor", "software_class", "after_commit",
-    "after_release",
+    "change_id", "warehouse_seq", "written_seq", "state", "kernel", "series_key", "series_class",
+    "metric", "direction", "origin", "gpu_product", "gpu_form_factor", "software_class",
+    "after_commit", "after_release",
 ]  # fmt: skip
 
 
@@ -117,7 +142,7 @@ def other_series_changes(store: ObjectStore, analysed: set[str]) -> list[dict[st
         )
         for row in table.to_pylist():
             held = latest.get(row["change_id"])
-            if held is None or _seq(row["warehouse_seq"]) >= _seq(held["warehouse_seq"]):
+            if held is None or _rank_of(row) >= _rank_of(held):
                 latest[row["change_id"]] = row
     return [r for r in latest.values() if r["state"] != RETRACTED]
 
@@ -159,8 +184,8 @@ def retractions(
         picked = table.filter(pc.is_in(table.column("change_id"), pa.array(sorted(wanted))))
         last: dict[str, dict[str, Any]] = {}
         for row in picked.to_pylist():
-            if _seq(row["warehouse_seq"]) == known[row["change_id"]].seq:
-                last[row["change_id"]] = row  # the current row (ties: the later)
+            if _rank_of(row) == known[row["change_id"]].rank:
+                last[row["change_id"]] = row  # the current row (equal ranks: the later)
         for row in last.values():
             rows.append({**row, "state": RETRACTED, "retracted_state": row["state"]})
     rows.sort(key=lambda r: r["change_id"])
@@ -211,8 +236,10 @@ def commit_changes(
     looked_at = scope or Scope()
     for _ in range(ATTEMPTS):
         warehouse.refresh()
+        # The commit below gets the next sequence number, or fails and this is redone.
+        written = warehouse.head + 1
         new = [
-            {**r, "warehouse_seq": analysed_seq}
+            {**r, "warehouse_seq": analysed_seq, "written_seq": written}
             for r in new_rows(warehouse, rows, looked_at, analysed_seq)
         ]
         if not new:

@@ -246,6 +246,9 @@ REGRESSIONS_SCHEMA = pa.schema(
         # On a `retracted` row, the state the change had until then (null on every other):
         # whoever was told of an alert is told of its retraction, and only they.
         ("retracted_state", pa.string()),
+        # The commit that wrote the row: of two rows of a change from analyses of the same
+        # snapshot (equal warehouse_seq, analyses run at once), the later written is current.
+        ("written_seq", pa.int64()),
     ]
 )
 

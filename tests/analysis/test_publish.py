@@ -78,7 +78,8 @@ def test_pending_becomes_an_alert_when_the_next_release_confirms_it(tmp_path: Pa
     # The current state, as docs/regressions.md reads it.
     current = duckdb.sql(
         f"SELECT state FROM read_parquet('{wh}/regressions/*.parquet') "
-        "QUALIFY row_number() OVER (PARTITION BY change_id ORDER BY warehouse_seq DESC) = 1"
+        "QUALIFY row_number() OVER (PARTITION BY change_id "
+        "ORDER BY warehouse_seq DESC, written_seq DESC NULLS LAST) = 1"
     ).fetchall()
     assert current == [("alert",)]
 
@@ -149,7 +150,8 @@ def _current(wh: str) -> dict[str, tuple[str, int]]:
     """change_id -> (state, warehouse_seq) of its latest row, as docs/tables.md reads it."""
     rows = duckdb.sql(
         f"SELECT change_id, state, warehouse_seq FROM read_parquet('{wh}/regressions/*.parquet')"
-        " QUALIFY row_number() OVER (PARTITION BY change_id ORDER BY warehouse_seq DESC) = 1"
+        " QUALIFY row_number() OVER (PARTITION BY change_id"
+        " ORDER BY warehouse_seq DESC, written_seq DESC NULLS LAST) = 1"
     ).fetchall()
     return {cid: (state, seq) for cid, state, seq in rows}
 
@@ -258,8 +260,47 @@ def test_retracting_a_change_written_before_a_column_existed(tmp_path: Path) -> 
     (alert,) = run_regressions(wh, report=False).new
     (key,) = _snapshot(wh)["tables"]["regressions"]
     old = pq.read_table(Path(wh) / key)
-    pq.write_table(old.drop_columns(["origin", "before_commit", "first_release"]), Path(wh) / key)
+    dropped = ["origin", "before_commit", "first_release", "written_seq"]
+    pq.write_table(old.drop_columns(dropped), Path(wh) / key)
     gone = run_regressions(wh, report=False, calibration=_stricter(0.4))
     (row,) = gone.retracted
     assert row["change_id"] == alert["change_id"] and row["origin"] is None
     assert row["ratio"] == pytest.approx(alert["ratio"])
+    assert row["written_seq"] == gone.commit == 3  # the old row ranks below it
+    assert run_regressions(wh, report=False, calibration=_stricter(0.4)).new == []
+
+
+def test_of_two_analyses_of_one_commit_the_row_written_later_is_current(tmp_path: Path) -> None:
+    """Two analyses read the same commit at once and disagree: the first commits an alert, the
+    second (a stricter detector) its retraction. Both rows have warehouse_seq 1; written_seq
+    says which is current, for this package and for a reader following docs/tables.md, before
+    and after the daily compaction merges the files (which reversed their order)."""
+    from kindex_etl.analysis.publish import commit_changes, known_states
+    from kindex_etl.load.warehouse import Warehouse
+    from kindex_etl.maintenance import compact
+
+    wh = build_warehouse(tmp_path, [series_rows(STEP)])
+    store = open_store(wh)
+    loose = detect_changes(store)
+    strict = detect_changes(store, calibration=_stricter(0.4))
+    assert loose.seq == strict.seq == 1 and strict.changes == []
+    seq, (alert,) = commit_changes(
+        store, loose.changes, analysed_seq=loose.seq, attach=loose.run_ids.attach
+    )
+    assert (seq, alert["state"], alert["written_seq"]) == (2, "alert", 2)
+    seq, (gone,) = commit_changes(store, strict.changes, analysed_seq=strict.seq)
+    assert (seq, gone["state"], gone["written_seq"]) == (3, "retracted", 3)
+
+    def states() -> tuple[dict[str, str], dict[str, tuple[str, int]]]:
+        warehouse = Warehouse(store)
+        warehouse.refresh()
+        return known_states(warehouse), _current(wh)
+
+    cid = alert["change_id"]
+    assert states() == ({cid: "retracted"}, {cid: ("retracted", 1)})
+    compact(wh)
+    assert len(_snapshot(wh)["tables"]["regressions"]) == 1
+    assert states() == ({cid: "retracted"}, {cid: ("retracted", 1)})
+    # The stricter analysis again: the retraction is current, so it is not said twice.
+    again = run_regressions(wh, report=False, calibration=_stricter(0.4))
+    assert again.commit is None and again.retracted == []
