@@ -2,7 +2,8 @@
 
 Rows are appended, never rewritten: an analysis writes a row for a change it sees for the first
 time and again when its state moves (`pending` -> `alert` once the change persisted). The
-current state of a change is its row with the highest `warehouse_seq`.
+current state of a change is its row with the highest `warehouse_seq` (the commit analysed)
+and, of two analyses of one commit, the highest `written_seq` (the commit that wrote it).
 
 States: `alert` (slower or larger), `improvement`, `pending` (seen at the newest point only),
 and two that are never alerts: `environment` (the other providers measured in the same runs
