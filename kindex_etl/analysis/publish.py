@@ -260,6 +260,7 @@ def commit_changes(
         except PreconditionFailed:
             warehouse.discard(batch)
             continue
+        assert seq == written, (seq, written)  # the rows say which commit wrote them
         warehouse.publish(warehouse.records[-1])
         warehouse.update_snapshot()
         return seq, new

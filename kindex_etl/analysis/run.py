@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
 import pyarrow as pa
@@ -24,6 +24,9 @@ from .publish import Scope, other_series_changes
 from .schema import RETRACTED
 from .series import BUCKET_ROWS, RunSource, touched_since, version_order
 from .spill import PointSpill, RunIdSpill
+
+if TYPE_CHECKING:
+    from ..report import Draft
 
 
 class PointSink(Protocol):
@@ -226,23 +229,21 @@ def run_regressions(
             bucket_rows=bucket_rows,
         )
         result.workers = pool.count if pool.started else 1
-        draft = None
-        if points is not None and not result.incremental:
-            from ..report import draft_report
-
+        # An incremental analysis leaves the report as the last full one drew it.
+        report_points = points if not result.incremental else None
+        drafting_s = 0.0
+        draft: Draft | None = None
+        if report_points is not None:
             report_started = time.perf_counter()
             # The workers draw the kernel pages while this process commits the changes; the
             # pages are put in place after the commit, so a report never shows changes the
-            # warehouse does not hold.
-            draft = draft_report(
-                store,
-                points,
-                result.changes,
-                cal,
-                result.seq,
-                attach=result.run_ids.attach,
-                workers=pool if pool.started else None,
-            )
+            # warehouse does not hold. A report, a derived view, must not keep the changes
+            # from being committed: one that cannot be started here is started again after
+            # the commit, where its error is raised as it always was.
+            try:
+                draft = _draft(store, report_points, result, cal, pool)
+            except Exception:
+                draft = None
             drafting_s = time.perf_counter() - report_started
         if write:
             result.commit, result.new = commit_changes(
@@ -259,10 +260,12 @@ def run_regressions(
             wh = Warehouse(store)
             wh.refresh()
             result.new = new_rows(wh, result.changes, result.scope, result.seq)
-        if draft is not None:
+        if report_points is not None:
             from ..report import write_report
 
             writing_started = time.perf_counter()
+            if draft is None:
+                draft = _draft(store, report_points, result, cal, pool)
             result.report = write_report(store, draft)
             # Drawing and writing: what the report alone cost this process's caller, the
             # commit it overlapped with left out.
@@ -279,6 +282,22 @@ def run_regressions(
             points.close()
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result
+
+
+def _draft(
+    store: ObjectStore, points: PointSpill, result: Analysis, cal: Calibration, pool: Workers
+) -> Draft:
+    from ..report import draft_report
+
+    return draft_report(
+        store,
+        points,
+        result.changes,
+        cal,
+        result.seq,
+        attach=result.run_ids.attach,
+        workers=pool if pool.started else None,
+    )
 
 
 def demo_report(warehouse_url: str) -> str:

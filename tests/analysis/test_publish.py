@@ -304,3 +304,42 @@ def test_of_two_analyses_of_one_commit_the_row_written_later_is_current(tmp_path
     # The stricter analysis again: the retraction is current, so it is not said twice.
     again = run_regressions(wh, report=False, calibration=_stricter(0.4))
     assert again.commit is None and again.retracted == []
+
+
+def test_a_report_that_cannot_be_started_does_not_keep_the_changes_from_committing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report is drafted before the commit (its pages drawn meanwhile). Reading the
+    verdicts fails: the changes commit all the same, and the report is started again after the
+    commit, where a lasting failure is raised and a passing one draws it."""
+    import kindex_etl.report
+    from kindex_etl.analysis.publish import known_states
+    from kindex_etl.load.warehouse import Warehouse
+
+    real = kindex_etl.report.read_verdicts
+    calls: list[int] = []
+
+    def failing(store: object) -> object:
+        calls.append(1)
+        if len(calls) == 1 or lasting:
+            raise OSError("the triage table is away")
+        return real(store)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kindex_etl.report, "read_verdicts", failing)
+    lasting = True
+    wh = build_warehouse(tmp_path, [series_rows(STEP)])
+    with pytest.raises(OSError, match="triage table is away"):
+        run_regressions(wh)
+    assert len(calls) == 2  # before the commit, and again after it
+    warehouse = Warehouse(open_store(wh))
+    warehouse.refresh()
+    assert list(known_states(warehouse).values()) == ["alert"]
+    assert not (Path(wh) / "reports" / "index.html").exists()
+
+    lasting, calls[:] = False, []
+    other = tmp_path / "other"
+    write_csv(other / "o.csv", series_rows(STEP, x="4096", day=25))
+    ingest(str(other), wh, IngestOptions(trigger=False))
+    done = run_regressions(wh)
+    assert len(calls) == 2 and done.commit is not None and len(done.new) == 1
+    assert done.report is not None and Path(done.report).is_file()
