@@ -44,7 +44,7 @@ from ..load.warehouse import Warehouse
 from ..storage import NotFound, ObjectStore
 from .alerts import EVENT, RETRACTED_EVENT, event
 from .marks import read_mark, write_mark
-from .publish import conformed
+from .publish import read_columns
 from .schema import REGRESSIONS_SCHEMA, RETRACTED
 
 KEY = layout.CONTROL + "announced.json"
@@ -106,7 +106,7 @@ def pending(store: ObjectStore) -> Announcement:
             if not f.key.startswith(layout.REGRESSIONS + "/"):
                 continue
             try:
-                rows = _read(warehouse, record.batch, f.key)
+                rows = read_columns(warehouse, record.batch, f.key, _COLUMNS)
             except NotFound:
                 # Vacuumed: the mark was behind by more than the retention. Say so; the rows'
                 # state is still in the table for anyone who looks.
@@ -114,13 +114,6 @@ def pending(store: ObjectStore) -> Announcement:
                 continue
             events += _events(rows, store.url, seq, record.committed_at)
     return Announcement(head, events)
-
-
-def _read(warehouse: Warehouse, batch: str, key: str) -> pa.Table:
-    try:
-        return warehouse.read_file(batch, key, _COLUMNS)
-    except pa.ArrowInvalid:  # a file of older code, without the newer columns: as nulls
-        return conformed(warehouse.read_file(batch, key))
 
 
 def _events(

@@ -93,11 +93,11 @@ def known_changes(warehouse: Warehouse) -> dict[str, Known]:
     # files. Equal ranks (rows written before written_seq existed) go to the later file and
     # row, as before.
     latest: dict[str, Known] = {}
-    columns = ["change_id", "state", "series_key", "after_release", "warehouse_seq"]
+    columns = ["change_id", "state", "series_key", "after_release", "warehouse_seq", "written_seq"]
     for f in warehouse.state.tables.get(layout.REGRESSIONS, {}).values():
-        table = _with_written(warehouse, f.batch, f.key, columns)
+        table = read_columns(warehouse, f.batch, f.key, columns)
         for cid, state, series, after, seq, written in zip(
-            *(table.column(c).to_pylist() for c in [*columns, "written_seq"]), strict=True
+            *(table.column(c).to_pylist() for c in columns), strict=True
         ):
             held = latest.get(cid)
             rank = _rank(seq, written)
@@ -106,13 +106,14 @@ def known_changes(warehouse: Warehouse) -> dict[str, Known]:
     return latest
 
 
-def _with_written(warehouse: Warehouse, batch: str, key: str, columns: list[str]) -> pa.Table:
-    """`columns` of a regressions file and its written_seq (nulls in a file older than it)."""
+def read_columns(warehouse: Warehouse, batch: str, key: str, columns: list[str]) -> pa.Table:
+    """`columns` of a regressions file; those added since the file was written, as nulls.
+
+    Only such an older file is read whole (run ids included), to be conformed."""
     try:
-        return warehouse.read_file(batch, key, [*columns, "written_seq"])
+        return warehouse.read_file(batch, key, columns)
     except pa.ArrowInvalid:
-        table = warehouse.read_file(batch, key, columns)
-        return table.append_column("written_seq", pa.nulls(table.num_rows, pa.int64()))
+        return conformed(warehouse.read_file(batch, key)).select(columns)
 
 
 # What `controls.step_of` reads of a change, and what says which row is its latest.
@@ -131,12 +132,8 @@ def other_series_changes(store: ObjectStore, analysed: set[str]) -> list[dict[st
     warehouse.refresh()
     latest: dict[str, dict[str, Any]] = {}
     for f in warehouse.state.tables.get(layout.REGRESSIONS, {}).values():
-        # The step's columns alone: the run ids, most of a row, are read only from a file
-        # written before one of the columns existed.
-        try:
-            table = warehouse.read_file(f.batch, f.key, _STEP_COLUMNS)
-        except pa.ArrowInvalid:
-            table = conformed(warehouse.read_file(f.batch, f.key)).select(_STEP_COLUMNS)
+        # The step's columns alone: the run ids are most of a row.
+        table = read_columns(warehouse, f.batch, f.key, _STEP_COLUMNS)
         table = table.filter(
             pc.invert(pc.is_in(table.column("series_key"), pa.array(sorted(analysed), pa.string())))
         )
