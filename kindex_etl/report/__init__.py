@@ -295,7 +295,11 @@ def _kernel_parts(
     """Each kernel's part, by kernel name: drawn here as the iterator is read, or by `workers`
     from the spill, every page handed to them before this returns."""
     if workers is None or not workers.parallel or not isinstance(points, PointSpill):
-        return _parts_here(points, by_kernel, ctx, plotly, min_effect)
+        return (
+            (k, kernel_part(k, frame, by_kernel.get(k, []), ctx, plotly=plotly,
+                            min_effect=min_effect))
+            for k, frame in _kernel_frames(points)
+        )  # fmt: skip
     jobs = []
     for k in points.kernels():
         changes = by_kernel.get(k, [])
@@ -304,18 +308,6 @@ def _kernel_parts(
         path = str(points.path(k))
         jobs.append((k, workers.submit(_kernel_task, k, path, changes, own, plotly, min_effect)))
     return ((k, job.result()) for k, job in jobs)
-
-
-def _parts_here(
-    points: pd.DataFrame | pa.Table | PointSpill,
-    by_kernel: Mapping[str, list[dict[str, Any]]],
-    ctx: ChangeContext,
-    plotly: str,
-    min_effect: float,
-) -> Iterator[tuple[str, KernelPart]]:
-    for k, frame in _kernel_frames(points):
-        changes = by_kernel.get(k, [])
-        yield k, kernel_part(k, frame, changes, ctx, plotly=plotly, min_effect=min_effect)
 
 
 def _kernel_task(
