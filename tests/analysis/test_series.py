@@ -201,15 +201,15 @@ def test_runs_are_spilled_a_row_group_at_a_time_into_hashed_series_buckets(
                 assert name == bucket_name(fields(r), 1)
                 # Runs that share the series fields share a bucket, whatever their row group.
                 assert seen.setdefault(fields(r), name) == name
-    # Every provider of one pass and workload lands in the same bucket: a step is judged
-    # against the other providers measured in the same runs.
-    assert "provider" not in BUCKET_FIELDS
-    by_pass: dict[tuple[object, ...], set[object]] = {}
+    # Every provider and pass of one workload lands in the same bucket: a step is judged
+    # against the other providers measured in the same runs, and `full` against its passes.
+    assert "provider" not in BUCKET_FIELDS and "operation_mode" not in BUCKET_FIELDS
+    by_workload: dict[tuple[object, ...], set[object]] = {}
     for part_name, part in _split_by_group(table, 1):
         for r in part.to_pylist():
-            by_pass.setdefault(fields(r), set()).add(r["provider"])
+            by_workload.setdefault(fields(r), set()).add(r["provider"])
             assert seen[fields(r)] == part_name
-    assert by_pass[("rope", "full", "speed", "sha256:ab", "sha256:p")] == {"p0", "p2", "p4"}
+    assert by_workload[("rope", "speed", "sha256:ab")] == {f"p{i}" for i in range(6)}
 
 
 def test_dictionary_columns_split_and_read_back_as_their_strings(tmp_path: Path) -> None:
