@@ -57,15 +57,50 @@ def mark_shared_steps(
     `across`: count a step's kernels over both metrics and directions (else per metric and
     direction). `context`: changes of series not analysed now (an hourly analysis's untouched
     series, as the table holds them): counted, never changed."""
-    counted: dict[tuple[Any, ...], set[str]] = {}
-    for r in itertools.chain(rows, context):
-        if r["state"] != "harness":
-            counted.setdefault(step_of(r, across), set()).add(r["kernel"])
+    counted = _kernels_at_steps(itertools.chain(rows, context), across)
     for r in rows:
         n = len(counted.get(step_of(r, across), ()))
         r["kernels_at_step"] = n
         if r["state"] in OPEN_STATES and n >= kernels:
             r["state"] = "environment"
+
+
+def unsettled(
+    rows: Sequence[dict[str, Any]],
+    context: Sequence[dict[str, Any]],
+    kernels: int,
+    across: bool = True,
+) -> list[dict[str, Any]]:
+    """The `context` rows (changes of series an hourly analysis did not look at, as the table
+    holds them) whose state `rows` could change through `mark_shared_steps`: an open change at
+    a step that now has `kernels` kernels or more, and a change of Liger's code that is
+    `environment` at a step that had (its stored count) and now has fewer. Their series must be
+    analysed again: whether such a change would be open without the shared step is not stored.
+    A row older than `kernels_at_step` (null) is taken as counted under the threshold."""
+    counted = _kernels_at_steps(itertools.chain(rows, context), across)
+    out = []
+    for r in context:
+        n = len(counted.get(step_of(r, across), ()))
+        if r["state"] in OPEN_STATES:
+            if n >= kernels:
+                out.append(r)
+        elif (
+            r["state"] == "environment"
+            and (r.get("kernels_at_step") or 0) >= kernels > n
+            and is_liger(r["kernel"], r.get("provider"))
+        ):
+            out.append(r)
+    return out
+
+
+def _kernels_at_steps(
+    rows: Iterable[dict[str, Any]], across: bool
+) -> dict[tuple[Any, ...], set[str]]:
+    counted: dict[tuple[Any, ...], set[str]] = {}
+    for r in rows:
+        if r["state"] != "harness":
+            counted.setdefault(step_of(r, across), set()).add(r["kernel"])
+    return counted
 
 
 @functools.cache

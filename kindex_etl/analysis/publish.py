@@ -121,6 +121,9 @@ _STEP_COLUMNS = [
     "change_id", "warehouse_seq", "written_seq", "state", "kernel", "series_key", "series_class",
     "metric", "direction", "origin", "gpu_product", "gpu_form_factor", "software_class",
     "after_commit", "after_release",
+    # Whether the step could change the row's state (`controls.unsettled`), and its series'
+    # bucket fields, to analyse it again where it could.
+    "kernels_at_step", "provider", "workload_digest",
 ]  # fmt: skip
 
 

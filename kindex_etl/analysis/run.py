@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 import pandas as pd
@@ -17,12 +17,12 @@ from ..scratch import remove_orphaned
 from ..storage import ObjectStore, open_store
 from ..workers import Workers
 from .analysed import analysed_through, record_analysed
-from .buckets import BucketWork, analyse_buckets
+from .buckets import BucketWork, Findings, analyse_buckets
 from .calibration import Calibration, default_calibration
-from .controls import mark_baseline_steps, mark_shared_steps
+from .controls import mark_baseline_steps, mark_shared_steps, unsettled
 from .publish import Scope, other_series_changes
 from .schema import RETRACTED
-from .series import BUCKET_ROWS, RunSource, touched_since, version_order
+from .series import BUCKET_ROWS, RunSource, touched_by, touched_since, version_order
 from .spill import PointSpill, RunIdSpill
 
 if TYPE_CHECKING:
@@ -146,7 +146,32 @@ def detect_changes(
         # An incremental analysis leaves the report as the last full one drew it: no points.
         points=points is not None and only is None,
     )
-    for found in analyse_buckets(source, work, workers):
+    _absorb(result, analyse_buckets(source, work, workers), points)
+    mark_baseline_steps(result.changes)
+    kernels, across = cal.settings.environment_kernels, cal.settings.environment_across
+    # An hourly analysis sees the series its ingest touched: a step that many kernels share
+    # is counted over the others' changes too, as the full analysis counts it (without them,
+    # a per-commit file's ingest on 4.4M runs turned 290 environment steps into alerts).
+    others = other_series_changes(store, result.analysed_series) if result.incremental else []
+    # And the touched series' changes move the others' counts: a change found at a step, or
+    # gone from it, can take the others there across the threshold. Their series are analysed
+    # too, as a full analysis would judge them (else their rows kept the state of the count
+    # before until the daily analysis: 36 rows after two hours on 4.4M runs).
+    moved = unsettled(result.changes, others, kernels, across)
+    if moved:
+        again = replace(source, only=touched_by(moved))
+        before = len(result.changes)
+        _absorb(result, analyse_buckets(again, work, workers), points)
+        mark_baseline_steps(result.changes[before:])
+        others = [r for r in others if r["series_key"] not in result.analysed_series]
+    mark_shared_steps(result.changes, kernels, across, context=others)
+    result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
+    result.elapsed_s = round(time.perf_counter() - started, 3)
+    return result
+
+
+def _absorb(result: Analysis, buckets: Iterator[Findings], points: PointSink | None) -> None:
+    for found in buckets:
         result.runs += found.runs
         result.series += len(found.series)
         result.analysed_series.update(found.series)
@@ -155,21 +180,6 @@ def detect_changes(
         if points is not None:
             for part in found.points:
                 points.append(part)
-    mark_baseline_steps(result.changes)
-    # An hourly analysis sees the series its ingest touched: a step that many kernels share
-    # is counted over the others' changes too, as the full analysis counts it (without them,
-    # a per-commit file's ingest on 4.4M runs turned 290 environment steps into alerts).
-    hourly = result.incremental and result.changes
-    others = other_series_changes(store, result.analysed_series) if hourly else []
-    mark_shared_steps(
-        result.changes,
-        cal.settings.environment_kernels,
-        cal.settings.environment_across,
-        context=others,
-    )
-    result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
-    result.elapsed_s = round(time.perf_counter() - started, 3)
-    return result
 
 
 def points_table(points: list[pa.Table]) -> pa.Table:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -508,6 +508,12 @@ class Touched:
     def workloads(self) -> set[str]:
         at = BUCKET_FIELDS.index("workload_digest")
         return {group.split(_SEP)[at] for group in self.groups}
+
+
+def touched_by(rows: Sequence[Mapping[str, Any]]) -> Touched:
+    """The series groups of change rows (their `BUCKET_FIELDS` columns), as `Touched`."""
+    groups = {_joined(r.get(f) for f in BUCKET_FIELDS) for r in rows}
+    return Touched(frozenset(groups), frozenset(r["kernel"] for r in rows if r.get("kernel")))
 
 
 # The most log records an hourly analysis reads from before the newest checkpoint; more (days

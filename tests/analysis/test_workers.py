@@ -234,6 +234,29 @@ def test_an_hourly_analysis_counts_the_untouched_series_at_a_shared_step(tmp_pat
     assert not again.incremental and again.new == []
 
 
+def test_an_hourly_analysis_judges_again_the_untouched_series_whose_step_it_moved(
+    tmp_path: Path,
+) -> None:
+    # Four kernels step at one release: under the calibration's five, four alerts. An hourly
+    # ingest brings a fifth kernel stepping there. The step is now shared by five, so the four
+    # untouched series' alerts are environment changes, as a full analysis says; counting
+    # them without judging them again left them alerts until the daily analysis.
+    kernels = ["rms_norm", "swiglu", "geglu", "layer_norm", "softmax"]
+    wh = build_warehouse(tmp_path, [series_rows(STEP, kernel=k) for k in kernels[:4]])
+    full = run_regressions(wh, workers=1)
+    assert [(c["state"], c["kernels_at_step"]) for c in full.changes] == [("alert", 4)] * 4
+    write_csv(tmp_path / "later" / "d.csv", series_rows(STEP, kernel=kernels[4], day=3))
+    ingest(str(tmp_path / "later"), wh, IngestOptions(trigger=False))
+
+    hourly = run_regressions(wh, workers=1, after_seq=full.seq)
+    assert hourly.incremental
+    assert sorted((c["kernel"], c["state"], c["kernels_at_step"]) for c in hourly.new) == [
+        (k, "environment", 5) for k in sorted(kernels)
+    ]
+    again = run_regressions(wh, workers=1)
+    assert not again.incremental and again.new == []
+
+
 def test_an_hourly_analysis_leaves_out_retracted_changes_of_the_untouched_series(
     tmp_path: Path,
 ) -> None:
