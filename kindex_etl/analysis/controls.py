@@ -68,25 +68,29 @@ def mark_shared_steps(
 def unsettled(
     rows: Sequence[dict[str, Any]],
     context: Sequence[dict[str, Any]],
+    previous: Sequence[dict[str, Any]],
     kernels: int,
     across: bool = True,
 ) -> list[dict[str, Any]]:
-    """The `context` rows (changes of series an hourly analysis did not look at, as the table
-    holds them) whose state `rows` could change through `mark_shared_steps`: an open change at
-    a step that now has `kernels` kernels or more, and a change of Liger's code that is
-    `environment` at a step that had (its stored count) and now has fewer. Their series must be
-    analysed again: whether such a change would be open without the shared step is not stored.
-    A row older than `kernels_at_step` (null) is taken as counted under the threshold."""
-    counted = _kernels_at_steps(itertools.chain(rows, context), across)
+    """The `context` rows whose state the counts with `rows` could change through
+    `mark_shared_steps`, where `previous` are the table's rows of the series `rows` come
+    from (an hourly analysis: `context` its untouched series' changes, `rows` what it found):
+    an open change at a step of `kernels` kernels or more, and a change of Liger's code that
+    is `environment` at a step that had that many before and has fewer now. Their series must
+    be analysed again: whether such a change would be open without the shared step is not
+    stored. A step that stays on one side of the threshold changes no state."""
+    before = _kernels_at_steps(itertools.chain(previous, context), across)
+    after = _kernels_at_steps(itertools.chain(rows, context), across)
     out = []
     for r in context:
-        n = len(counted.get(step_of(r, across), ()))
+        step = step_of(r, across)
+        now = len(after.get(step, ()))
         if r["state"] in OPEN_STATES:
-            if n >= kernels:
+            if now >= kernels:
                 out.append(r)
         elif (
             r["state"] == "environment"
-            and (r.get("kernels_at_step") or 0) >= kernels > n
+            and now < kernels <= len(before.get(step, ()))
             and is_liger(r["kernel"], r.get("provider"))
         ):
             out.append(r)

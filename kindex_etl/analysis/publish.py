@@ -121,30 +121,31 @@ _STEP_COLUMNS = [
     "change_id", "warehouse_seq", "written_seq", "state", "kernel", "series_key", "series_class",
     "metric", "direction", "origin", "gpu_product", "gpu_form_factor", "software_class",
     "after_commit", "after_release",
-    # Whether the step could change the row's state (`controls.unsettled`), and its series'
-    # bucket fields, to analyse it again where it could.
-    "kernels_at_step", "provider", "workload_digest",
+    # Whether a moved count could change the row's state (`controls.unsettled`: a baseline's
+    # could not), and its series' bucket fields, to analyse it again where it could.
+    "provider", "workload_digest",
 ]  # fmt: skip
 
 
-def other_series_changes(store: ObjectStore, analysed: set[str]) -> list[dict[str, Any]]:
-    """The latest row of every change (retracted ones aside) of the series outside `analysed`:
-    what an hourly analysis, which looks at the series its ingest touched, counts beside its
-    own changes at a step that many kernels share (`controls.mark_shared_steps`)."""
+def current_steps(store: ObjectStore) -> list[dict[str, Any]]:
+    """The step columns (`_STEP_COLUMNS`) of the latest row of every change, retracted ones
+    aside: what an hourly analysis counts at a step that many kernels share beside its own
+    changes (`controls.mark_shared_steps`), and what it counted before (`controls.unsettled`)."""
     warehouse = Warehouse(store)
     warehouse.refresh()
     latest: dict[str, dict[str, Any]] = {}
     for f in warehouse.state.tables.get(layout.REGRESSIONS, {}).values():
         # The step's columns alone: the run ids are most of a row.
-        table = read_columns(warehouse, f.batch, f.key, _STEP_COLUMNS)
-        table = table.filter(
-            pc.invert(pc.is_in(table.column("series_key"), pa.array(sorted(analysed), pa.string())))
-        )
-        for row in table.to_pylist():
+        for row in read_columns(warehouse, f.batch, f.key, _STEP_COLUMNS).to_pylist():
             held = latest.get(row["change_id"])
             if held is None or _rank_of(row) >= _rank_of(held):
                 latest[row["change_id"]] = row
     return [r for r in latest.values() if r["state"] != RETRACTED]
+
+
+def other_series_changes(store: ObjectStore, analysed: set[str]) -> list[dict[str, Any]]:
+    """`current_steps` of the series outside `analysed`."""
+    return [r for r in current_steps(store) if r["series_key"] not in analysed]
 
 
 def known_states(warehouse: Warehouse) -> dict[str, str]:

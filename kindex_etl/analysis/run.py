@@ -20,7 +20,7 @@ from .analysed import analysed_through, record_analysed
 from .buckets import BucketWork, Findings, analyse_buckets
 from .calibration import Calibration, default_calibration
 from .controls import mark_baseline_steps, mark_shared_steps, unsettled
-from .publish import Scope, other_series_changes
+from .publish import Scope, current_steps
 from .schema import RETRACTED
 from .series import BUCKET_ROWS, RunSource, touched_by, touched_since, version_order
 from .spill import PointSpill, RunIdSpill
@@ -152,18 +152,23 @@ def detect_changes(
     # An hourly analysis sees the series its ingest touched: a step that many kernels share
     # is counted over the others' changes too, as the full analysis counts it (without them,
     # a per-commit file's ingest on 4.4M runs turned 290 environment steps into alerts).
-    others = other_series_changes(store, result.analysed_series) if result.incremental else []
-    # And the touched series' changes move the others' counts: a change found at a step, or
-    # gone from it, can take the others there across the threshold. Their series are analysed
-    # too, as a full analysis would judge them (else their rows kept the state of the count
-    # before until the daily analysis: 36 rows after two hours on 4.4M runs).
-    moved = unsettled(result.changes, others, kernels, across)
-    if moved:
-        again = replace(source, only=touched_by(moved))
-        before = len(result.changes)
-        _absorb(result, analyse_buckets(again, work, workers), points)
-        mark_baseline_steps(result.changes[before:])
-        others = [r for r in others if r["series_key"] not in result.analysed_series]
+    others: list[dict[str, Any]] = []
+    if source.only is not None:
+        current = current_steps(store)
+        others = [r for r in current if r["series_key"] not in result.analysed_series]
+        previous = [r for r in current if r["series_key"] in result.analysed_series]
+        # And the touched series' changes move the others' counts: a change found at a step,
+        # or gone from it, can take the others there across the threshold. Their series are
+        # analysed too (once: what that finds is what the table held), as a full analysis
+        # judges them; else their rows kept their state until the daily analysis (36 rows
+        # after two hours on 4.4M runs). A group the first pass read is not read again.
+        again = touched_by(unsettled(result.changes, others, previous, kernels, across),
+                           besides=source.only)  # fmt: skip
+        if again.groups:
+            before = len(result.changes)
+            _absorb(result, analyse_buckets(replace(source, only=again), work, workers), points)
+            mark_baseline_steps(result.changes[before:])
+            others = [r for r in others if r["series_key"] not in result.analysed_series]
     mark_shared_steps(result.changes, kernels, across, context=others)
     result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
     result.elapsed_s = round(time.perf_counter() - started, 3)

@@ -510,10 +510,18 @@ class Touched:
         return {group.split(_SEP)[at] for group in self.groups}
 
 
-def touched_by(rows: Sequence[Mapping[str, Any]]) -> Touched:
-    """The series groups of change rows (their `BUCKET_FIELDS` columns), as `Touched`."""
-    groups = {_joined(r.get(f) for f in BUCKET_FIELDS) for r in rows}
-    return Touched(frozenset(groups), frozenset(r["kernel"] for r in rows if r.get("kernel")))
+def touched_by(rows: Sequence[Mapping[str, Any]], besides: Touched | None = None) -> Touched:
+    """The series groups of change rows (their `BUCKET_FIELDS` columns) but those `besides`
+    holds, as `Touched`."""
+    skip = besides.groups if besides is not None else frozenset()
+    groups: set[str] = set()
+    kernels: set[str] = set()
+    for r in rows:
+        group = _joined(r.get(f) for f in BUCKET_FIELDS)
+        if group not in skip:
+            groups.add(group)
+            kernels.add(r["kernel"])
+    return Touched(frozenset(groups), frozenset(kernels))
 
 
 # The most log records an hourly analysis reads from before the newest checkpoint; more (days

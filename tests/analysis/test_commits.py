@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -403,3 +404,41 @@ def test_the_many_kernels_rule_counts_each_timer_apart() -> None:
     mark_shared_steps(rows + more, kernels=5)
     assert {r["state"] for r in rows[2:] + more} == {"environment"}
     assert {r["state"] for r in rows[:2]} == {"alert"}
+
+
+def test_an_hourly_analysis_judges_again_only_the_untouched_changes_a_moved_count_can_change() -> (
+    None
+):
+    """`controls.unsettled`: which changes of the series an hourly analysis did not read can
+    take another state from the counts its own changes moved (five kernels: environment)."""
+    from kindex_etl.analysis.controls import unsettled
+    from kindex_etl.analysis.series import Touched, touched_by
+
+    def change(kernel: str, state: str, step: str, provider: str = "liger") -> dict[str, Any]:
+        return {"kernel": kernel, "state": state, "provider": provider, "series_key": kernel,
+                "series_class": "speed/full", "origin": "ci", "gpu_product": "NVIDIA H100",
+                "gpu_form_factor": None, "software_class": "upstream", "after_commit": step,
+                "after_release": "0.8.5", "metric": "speed", "direction": "slower",
+                "workload_digest": f"w-{kernel}", "kernels_at_step": None}  # fmt: skip
+
+    # Step S had five kernels; the hour no longer finds b's change there: four remain. Liger's
+    # `environment` changes there may be open without the shared step (a null stored count
+    # says nothing); a torch change is `environment` as a baseline, a harness one not counted.
+    previous = [change("a", "environment", "S"), change("b", "environment", "S")]
+    down = [change("c", "environment", "S"), change("d", "environment", "S", provider="torch"),
+            change("f", "environment", "S"), change("h", "harness", "S")]  # fmt: skip
+    # Step T had four kernels' alerts; the hour finds a fifth there.
+    up = [change(k, "alert", "T") for k in ("p", "q", "r", "s")]
+    # Step U had six and keeps five: nothing there changes.
+    stay = [change(k, "environment", "U") for k in ("u", "v", "w", "x", "y")]
+    found = [change("a", "environment", "S"), change("t", "alert", "T")]
+    context = down + up + stay
+    flagged = unsettled(found, context, [*previous, change("z", "environment", "U")], kernels=5)
+    assert sorted(r["kernel"] for r in flagged) == ["c", "f", "p", "q", "r", "s"]
+    # Nothing moved: nothing to read again.
+    assert unsettled(previous, context, previous, kernels=5) == []
+    # A group the hour read already is not read again.
+    read = touched_by([change("p", "alert", "T")])
+    again = touched_by(flagged, besides=read)
+    assert isinstance(again, Touched) and again.kernels == {"c", "f", "q", "r", "s"}
+    assert len(again.groups) == 5
