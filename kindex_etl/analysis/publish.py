@@ -143,11 +143,6 @@ def current_steps(store: ObjectStore) -> list[dict[str, Any]]:
     return [r for r in latest.values() if r["state"] != RETRACTED]
 
 
-def other_series_changes(store: ObjectStore, analysed: set[str]) -> list[dict[str, Any]]:
-    """`current_steps` of the series outside `analysed`."""
-    return [r for r in current_steps(store) if r["series_key"] not in analysed]
-
-
 def known_states(warehouse: Warehouse) -> dict[str, str]:
     """change_id -> its latest committed state."""
     return {cid: k.state for cid, k in known_changes(warehouse).items()}

@@ -263,7 +263,7 @@ def test_an_hourly_analysis_leaves_out_retracted_changes_of_the_untouched_series
     # As above, but three of the untouched kernels' changes were since retracted (a later
     # analysis of their series no longer found them): no analysis stands behind them, so at
     # the step only the two touched kernels count and their changes are not environment.
-    from kindex_etl.analysis.publish import Scope, commit_changes, other_series_changes
+    from kindex_etl.analysis.publish import Scope, commit_changes, current_steps
 
     kernels = ["rms_norm", "swiglu", "geglu", "layer_norm", "softmax"]
     wh = build_warehouse(tmp_path, [series_rows(STEP, kernel=k) for k in kernels])
@@ -273,7 +273,7 @@ def test_an_hourly_analysis_leaves_out_retracted_changes_of_the_untouched_series
     scope = Scope(series=frozenset(str(r["series_key"]) for r in gone))
     seq, rows = commit_changes(open_store(wh), retracted, analysed_seq=full.seq, scope=scope)
     assert seq is not None and len(rows) == 3
-    others = other_series_changes(open_store(wh), set())
+    others = current_steps(open_store(wh))
     assert sorted(r["kernel"] for r in others) == sorted(kernels[:2])
     newer = ("0.10.0", "0.10.1", "0.11.0")
     later = [
