@@ -133,6 +133,8 @@ def event(change: dict[str, Any], warehouse: str, *, name: str = EVENT) -> dict[
                 "baseline_providers",
                 "relative_ratio",
                 "kernels_at_step",
+                "suspected",
+                "evidence",
             )
         }
         # A retraction says what the change had been.

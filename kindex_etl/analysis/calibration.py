@@ -338,6 +338,16 @@ def measure(
     return out
 
 
+# The rules' thresholds (`rules`), read from and written to calibration.json's `detector`.
+RULE_SETTINGS = (
+    "class_tolerance",
+    "class_min_peers",
+    "launch_bound_ns",
+    "confirm_points",
+    "memory_confirm_points",
+)
+
+
 @dataclass(frozen=True)
 class SeriesClass:
     """Series whose protocol is of another family than upstream's timer (our re-runs' device
@@ -379,6 +389,7 @@ class Calibration:
             ),
             environment_across=det.get("environment_across", DetectorSettings.environment_across),
             full_needs_pass=det.get("full_needs_pass", DetectorSettings.full_needs_pass),
+            **{k: det[k] for k in RULE_SETTINGS if k in det},
         )
         rates = dict(data["measured"]["false_alarm_rate"])
         for metric in SCALE:
@@ -472,6 +483,7 @@ def calibrate(
             "environment_kernels": settings.environment_kernels,
             "environment_across": settings.environment_across,
             "full_needs_pass": settings.full_needs_pass,
+            **{k: getattr(settings, k) for k in RULE_SETTINGS},
         },
         "aa_pairs": {
             "speed": len(speed),

@@ -7,8 +7,9 @@ under it moved (`mark_baseline_steps`).
 Upstream pins neither torch nor triton: a new version, a driver or another host under the
 benchmark job moves kernels that no commit touched. Per kind of machine (GPU, software class,
 origin), the changes that start at the same point (the same commit, or release where no commit
-is known) are counted by kernel; at `kernels` or more, each open change there becomes
-`environment`. Every change row gets the count (`kernels_at_step`).
+is known) are counted by kernel; at `kernels` or more, each open change there is judged
+against the other kernels of its class at that step (`rules`, rule 5). Every change row gets
+the count (`kernels_at_step`).
 
 What is counted (`across`): by default every kernel that moved at the step, whatever the metric
 and direction. A new compiler, library or host does not move every kernel the same way: on
@@ -22,12 +23,23 @@ time and memory (upstream's #815, #945) still counts one.
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .detect import OPEN_STATES
+from .rules import (
+    ENVIRONMENT,
+    OPEN_STATES,
+    ClassRule,
+    class_levels,
+    is_liger,
+    judge_shared_step,
+    mark_baseline_steps,
+    note,
+    peers_of,
+)
+
+__all__ = ["is_liger", "mark_baseline_steps", "mark_shared_steps", "step_of", "unsettled"]
 
 _MACHINE = ("origin", "gpu_product", "gpu_form_factor", "software_class")
 _SIGN = ("metric", "direction")
@@ -47,22 +59,93 @@ def step_of(row: dict[str, Any], across: bool = True) -> tuple[Any, ...]:
     )
 
 
+def source_changes(row: dict[str, Any]) -> list[int] | None:
+    """The commits in the change's range that changed its kernel's Liger source (the
+    catalog's `sources.json`); None where the catalog cannot say (no positions: a release-
+    pooled point, a range past it). Upstream's CI rows only: a re-run measures a release."""
+    from ..catalog.sources import default_sources
+
+    if row.get("origin") not in (None, "ci"):
+        return None
+    return default_sources().touched(
+        row["kernel"], row.get("before_position"), row.get("after_position")
+    )
+
+
+def default_rule(kernels: int) -> ClassRule:
+    from .detect import DetectorSettings
+
+    d = DetectorSettings()
+    return ClassRule(kernels, d.class_tolerance, d.class_min_peers, d.launch_bound_ns,
+                     d.min_effect, d.memory_min_effect)  # fmt: skip
+
+
 def mark_shared_steps(
     rows: Sequence[dict[str, Any]],
     kernels: int,
     across: bool = True,
     context: Iterable[dict[str, Any]] = (),
+    *,
+    rule: ClassRule | None = None,
 ) -> None:
-    """Set `kernels_at_step` on every row; open changes at a shared step become `environment`.
-    `across`: count a step's kernels over both metrics and directions (else per metric and
-    direction). `context`: changes of series not analysed now (an hourly analysis's untouched
-    series, as the table holds them): counted, never changed."""
-    counted = _kernels_at_steps(itertools.chain(rows, context), across)
+    """Set `kernels_at_step` on every row, and judge the open changes at a shared step by rule
+    5 of `rules` (`shared_step`): `environment` where the change moved as its class did there
+    (or where the catalog says no commit of its range changed its kernel's source), else open
+    with the environment suspected. `across`: count a step's kernels over both metrics and
+    directions (else per metric and direction). `context`: changes of series not analysed now
+    (an hourly analysis's untouched series, as the table holds them): counted and taken as
+    peers, never changed."""
+    rule = rule or default_rule(kernels)
+    judge = _SharedSteps(list(itertools.chain(rows, context)), across, rule)
     for r in rows:
-        n = len(counted.get(step_of(r, across), ()))
-        r["kernels_at_step"] = n
-        if r["state"] in OPEN_STATES and n >= kernels:
-            r["state"] = "environment"
+        r["kernels_at_step"] = judge.count(r)
+        if r["state"] not in OPEN_STATES:
+            continue
+        verdict = judge.verdict(r)
+        if verdict is None:
+            continue
+        explained, said = verdict
+        for clause in said:
+            note(r, clause)
+        if explained:
+            r["state"] = ENVIRONMENT
+            r["suspected"] = None
+        else:
+            r["suspected"] = r.get("suspected") or ENVIRONMENT
+
+
+class _SharedSteps:
+    """The steps' kernel counts and classes' levels over a set of changes."""
+
+    def __init__(self, rows: list[dict[str, Any]], across: bool, rule: ClassRule) -> None:
+        self.across, self.rule = across, rule
+        self.counted = _kernels_at_steps(rows, across)
+        self.levels = class_levels(rows, lambda r: step_of(r, across), rule.launch_bound_ns)
+
+    def count(self, row: dict[str, Any]) -> int:
+        return len(self.counted.get(step_of(row, self.across), ()))
+
+    def verdict(self, row: dict[str, Any]) -> tuple[bool, list[str]] | None:
+        """None where the step is not shared; else (explained by the environment, clauses)."""
+        if self.count(row) < self.rule.kernels:
+            return None
+        step = step_of(row, self.across)
+        cls, peers = peers_of({**row, "kernels_at_step": self.count(row)}, self.levels, step,
+                              self.rule)  # fmt: skip
+        explained, said = judge_shared_step(
+            {**row, "kernels_at_step": self.count(row)}, cls, peers, self.rule
+        )
+        clauses = [said]
+        code = source_changes(row)
+        if code:
+            clauses.append(
+                f"its source changed in {len(code)} commit(s) of the range: a code suspect"
+            )
+            explained = False
+        elif code is not None:
+            clauses.append("no commit of the range changed its source")
+            explained = True
+        return explained, clauses
 
 
 def unsettled(
@@ -71,29 +154,33 @@ def unsettled(
     previous: Sequence[dict[str, Any]],
     kernels: int,
     across: bool = True,
+    *,
+    rule: ClassRule | None = None,
 ) -> list[dict[str, Any]]:
-    """The `context` rows whose state the counts with `rows` could change through
-    `mark_shared_steps`, where `previous` are the table's rows of the series `rows` come
-    from (an hourly analysis: `context` its untouched series' changes, `rows` what it found):
-    an open change at a step of `kernels` kernels or more, and a change of Liger's code that
-    is `environment` at a step that had that many before and has fewer now. Their series must
-    be analysed again: whether such a change would be open without the shared step is not
-    stored. A step that stays on one side of the threshold changes no state."""
-    before = _kernels_at_steps(itertools.chain(previous, context), across)
-    after = _kernels_at_steps(itertools.chain(rows, context), across)
+    """The `context` rows whose state the changes in `rows` could change through
+    `mark_shared_steps`, where `previous` are the table's rows of the series `rows` come from
+    (an hourly analysis: `context` its untouched series' changes, `rows` what it found):
+    Liger's open changes that rule 5 now explains, and Liger's `environment` changes at a step
+    whose verdict moved (shared before and no longer, or no longer explained). Their series
+    must be analysed again: whether an `environment` change would be open without the shared
+    step is not stored. Baselines' and harness changes are never judged there."""
+    rule = rule or default_rule(kernels)
+    before = _SharedSteps(list(itertools.chain(previous, context)), across, rule)
+    after = _SharedSteps(list(itertools.chain(rows, context)), across, rule)
     out = []
     for r in context:
-        step = step_of(r, across)
-        now = len(after.get(step, ()))
+        if not is_liger(r["kernel"], r.get("provider")):
+            continue
+        now = after.verdict(r)
         if r["state"] in OPEN_STATES:
-            if now >= kernels:
+            if now is not None and now[0]:
                 out.append(r)
-        elif (
-            r["state"] == "environment"
-            and now < kernels <= len(before.get(step, ()))
-            and is_liger(r["kernel"], r.get("provider"))
-        ):
-            out.append(r)
+        elif r["state"] == ENVIRONMENT:
+            then = before.verdict(r)
+            was = then is not None and then[0]
+            still = now is not None and now[0]
+            if was and not still:
+                out.append(r)
     return out
 
 
@@ -105,23 +192,3 @@ def _kernels_at_steps(
         if r["state"] != "harness":
             counted.setdefault(step_of(r, across), set()).add(r["kernel"])
     return counted
-
-
-@functools.cache
-def is_liger(kernel: str | None, provider: str | None) -> bool:
-    """Whether `provider` runs Liger's code for `kernel`: the catalog's `liger_provider`, or any
-    provider named `liger...` (variants such as `liger-fp32-accum`)."""
-    from ..catalog import default_catalog
-
-    if provider is None:
-        return False
-    info = default_catalog().kernel(kernel) if kernel else None
-    own = info.liger_provider if info is not None else "liger"
-    return provider == own or provider.startswith("liger")
-
-
-def mark_baseline_steps(rows: Sequence[dict[str, Any]]) -> None:
-    """Open changes of providers that do not run Liger's code become `environment`."""
-    for r in rows:
-        if r["state"] in OPEN_STATES and not is_liger(r["kernel"], r["provider"]):
-            r["state"] = "environment"

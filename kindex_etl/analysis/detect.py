@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from ..extract.history import History, default_history
 from .noise import FloatArray, NoiseModel, within_sigma
+from .rules import OPEN_STATES, ClassRule, SeriesEvidence, is_liger, judge_series
 
 IntArray = npt.NDArray[np.int64]
 Z95 = 1.959963984540054
@@ -59,8 +60,28 @@ class DetectorSettings:
     environment_across: bool = True
     # A speed step of the `full` pass that neither `forward` nor `backward` of the same
     # provider and workload takes (by `min_effect`, the same way, over the same points) is
-    # not the kernel's code: `controls` below, `_row`.
+    # not the kernel's code: `rules.judge_series`.
     full_needs_pass: bool = True
+    # At a shared step, a change is `environment` only within this many spreads of its
+    # class's level, with this many other kernels in the class (`rules.judge_shared_step`);
+    # speed steps of runs under `launch_bound_ns` are compared with launch-bound ones only.
+    class_tolerance: float = 3.0
+    class_min_peers: int = 2
+    launch_bound_ns: float = 100_000.0
+    # Points after a change that must hold it before it is announced (`pending` until then).
+    confirm_points: int = 2
+    memory_confirm_points: int = 1
+
+    @property
+    def class_rule(self) -> ClassRule:
+        return ClassRule(
+            self.environment_kernels,
+            self.class_tolerance,
+            self.class_min_peers,
+            self.launch_bound_ns,
+            self.min_effect,
+            self.memory_min_effect,
+        )
 
     @property
     def method(self) -> str:
@@ -284,6 +305,13 @@ def _changes_of(
             if abs(ratio - 1.0) < settings.memory_min_effect:
                 continue
             state = "alert" if v[i] > v[level] else "improvement"
+            # Rule 6 (`rules`): a new level held by fewer points than that, at the end of the
+            # series, is not announced yet.
+            held = 1
+            while i + held < len(v) and v[i + held] == v[i]:
+                held += 1
+            if i + held == len(v) and held < settings.memory_confirm_points:
+                state = "pending"
             yield Change(
                 s, list(range(level, i)), [i], math.log(ratio), 0.0, math.inf, 0.0, True, state
             )
@@ -296,7 +324,8 @@ def _changes_of(
     for i in range(len(segments) - 1):
         a, b = segments[i], segments[i + 1]
         delta, se, z = _test(y, a, b, sigma, resid)
-        if len(b.releases) < settings.persistence and i + 1 == len(segments) - 1:
+        last = i + 1 == len(segments) - 1
+        if last and len(b.releases) < max(settings.persistence, settings.confirm_points):
             state = "pending"
         else:
             state = "alert" if delta > 0 else "improvement"
@@ -304,9 +333,6 @@ def _changes_of(
 
 
 FalseAlarmRate = Callable[[str, str], float | None]
-# States that say Liger's code may have changed; `environment` and `harness` say something else
-# did (the baselines moved too; the benchmark changed), and are never alerts.
-OPEN_STATES = frozenset({"alert", "improvement", "pending"})
 
 
 def _harness_changes(
@@ -583,21 +609,27 @@ def _row(
         if baselines
         else None
     )
-    state = c.state
     relative = ratio / baseline_ratio if ratio and baseline_ratio else None
-    if state in OPEN_STATES and baseline_ratio is not None and relative is not None and ratio:
-        effect = math.log1p(settings.memory_min_effect if c.deterministic else settings.min_effect)
-        shared = math.log(baseline_ratio) * c.log_ratio > 0
-        if shared and abs(math.log(baseline_ratio)) >= effect and abs(math.log(relative)) < effect:
-            state = "environment"
-    if (
+    full_step = (
         settings.full_needs_pass
-        and state in OPEN_STATES
+        and c.state in OPEN_STATES
         and not c.deterministic
         and meta["operation_mode"] == "full"
-        and controls.full_only(c)
-    ):
-        state = "environment"
+    )
+    state, suspected, said = judge_series(
+        SeriesEvidence(
+            state=c.state,
+            liger=is_liger(meta["kernel"], meta["provider"]),
+            log_ratio=c.log_ratio,
+            effect=math.log1p(
+                settings.memory_min_effect if c.deterministic else settings.min_effect
+            ),
+            baseline_ratio=baseline_ratio,
+            baselines=sorted(baselines),
+            full_only=controls.full_only(c) if full_step else None,
+            harness=at(after_rel, "harness_rev"),
+        )
+    )
     first_release = _release(history.first_release(after_commit)) if after_commit else after_version
     return {
         "change_id": change_id,
@@ -635,6 +667,8 @@ def _row(
         "baseline_providers": sorted(baselines),
         "relative_ratio": relative,
         "kernels_at_step": None,
+        "suspected": suspected,
+        "evidence": "; ".join(said),
     }
 
 

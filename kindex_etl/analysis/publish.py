@@ -124,6 +124,8 @@ _STEP_COLUMNS = [
     # Whether a moved count could change the row's state (`controls.unsettled`: a baseline's
     # could not), and its series' bucket fields, to analyse it again where it could.
     "provider", "workload_digest",
+    # A shared step's class and each kernel's step in it (`rules.judge_shared_step`).
+    "operation_mode", "ratio", "before_value", "before_position", "after_position",
 ]  # fmt: skip
 
 

@@ -162,14 +162,15 @@ def detect_changes(
         # analysed too (once: what that finds is what the table held), as a full analysis
         # judges them; else their rows kept their state until the daily analysis (36 rows
         # after two hours on 4.4M runs). A group the first pass read is not read again.
-        again = touched_by(unsettled(result.changes, others, previous, kernels, across),
-                           besides=source.only)  # fmt: skip
+        flagged = unsettled(result.changes, others, previous, kernels, across,
+                            rule=cal.settings.class_rule)  # fmt: skip
+        again = touched_by(flagged, besides=source.only)
         if again.groups:
             before = len(result.changes)
             _absorb(result, analyse_buckets(replace(source, only=again), work, workers), points)
             mark_baseline_steps(result.changes[before:])
             others = [r for r in others if r["series_key"] not in result.analysed_series]
-    mark_shared_steps(result.changes, kernels, across, context=others)
+    mark_shared_steps(result.changes, kernels, across, context=others, rule=cal.settings.class_rule)
     result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result

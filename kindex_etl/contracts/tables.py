@@ -249,6 +249,10 @@ REGRESSIONS_SCHEMA = pa.schema(
         # The commit that wrote the row: of two rows of a change from analyses of the same
         # snapshot (equal warehouse_seq, analyses run at once), the later written is current.
         ("written_seq", pa.int64()),
+        # What the detector's rules weighed (`kindex_etl/analysis/rules.py`, one clause each)
+        # and, for an open change, the other cause they could not rule out.
+        ("suspected", pa.string()),
+        ("evidence", pa.string()),
     ]
 )
 

@@ -392,7 +392,10 @@ def test_the_many_kernels_rule_counts_each_timer_apart() -> None:
         return {"kernel": kernel, "state": "alert", "series_class": series_class,
                 "origin": "rerun", "gpu_product": "NVIDIA H200", "gpu_form_factor": None,
                 "software_class": "torch=2.11", "after_commit": "abc1234",
-                "after_release": "0.8.5", "metric": "speed", "direction": "slower"}  # fmt: skip
+                "after_release": "0.8.5", "metric": "speed", "direction": "slower",
+                # Every kernel moved alike: at five, each is like its class.
+                "provider": "liger", "operation_mode": "full", "ratio": 1.3,
+                "before_value": 1e6}  # fmt: skip
 
     rows = [change(k, "speed/full") for k in ("a", "b")]
     rows += [change(k, "device_time/full") for k in ("c", "d", "e")]
@@ -419,7 +422,9 @@ def test_an_hourly_analysis_judges_again_only_the_untouched_changes_a_moved_coun
                 "series_class": "speed/full", "origin": "ci", "gpu_product": "NVIDIA H100",
                 "gpu_form_factor": None, "software_class": "upstream", "after_commit": step,
                 "after_release": "0.8.5", "metric": "speed", "direction": "slower",
-                "workload_digest": f"w-{kernel}", "kernels_at_step": None}  # fmt: skip
+                "workload_digest": f"w-{kernel}", "kernels_at_step": None,
+                # All moved alike: at five kernels, each is like its class.
+                "operation_mode": "full", "ratio": 1.3, "before_value": 1e6}  # fmt: skip
 
     # Step S had five kernels; the hour no longer finds b's change there: four remain. Liger's
     # `environment` changes there may be open without the shared step (a null stored count
@@ -437,6 +442,10 @@ def test_an_hourly_analysis_judges_again_only_the_untouched_changes_a_moved_coun
     assert sorted(r["kernel"] for r in flagged) == ["c", "f", "p", "q", "r", "s"]
     # Nothing moved: nothing to read again.
     assert unsettled(previous, context, previous, kernels=5) == []
+    # A kernel that moved unlike its class stays open at five: the hour does not flag it.
+    unlike = [{**r, "ratio": 3.0} if r["kernel"] == "p" else r for r in context]
+    flagged = unsettled(found, unlike, [*previous, change("z", "environment", "U")], kernels=5)
+    assert "p" not in {r["kernel"] for r in flagged}
     # A group the hour read already is not read again.
     read = touched_by([change("p", "alert", "T")])
     again = touched_by(flagged, besides=read)
