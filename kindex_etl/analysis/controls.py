@@ -24,7 +24,7 @@ time and memory (upstream's #815, #945) still counts one.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .rules import (
@@ -59,17 +59,18 @@ def step_of(row: dict[str, Any], across: bool = True) -> tuple[Any, ...]:
     )
 
 
-def source_changes(row: dict[str, Any]) -> list[int] | None:
-    """The commits in the change's range that changed its kernel's Liger source (the
-    catalog's `sources.json`); None where the catalog cannot say (no positions: a release-
-    pooled point, a range past it). Upstream's CI rows only: a re-run measures a release."""
-    from ..catalog.sources import default_sources
+# Which commits of a change's range changed its kernel's source (`History.source_changes`);
+# None: nothing says.
+CodeChanges = Callable[[str, int | None, int | None], list[int] | None]
 
-    if row.get("origin") not in (None, "ci"):
+
+def source_changes(row: dict[str, Any], code: CodeChanges | None) -> list[int] | None:
+    """The commits in the change's range that changed its kernel's Liger source; None where
+    nothing can say (no catalog, no positions: a release-pooled point). Upstream's CI rows
+    only: a re-run or a contributor's row measures a release, not a commit."""
+    if code is None or row.get("origin") not in (None, "ci"):
         return None
-    return default_sources().touched(
-        row["kernel"], row.get("before_position"), row.get("after_position")
-    )
+    return code(row["kernel"], row.get("before_position"), row.get("after_position"))
 
 
 def default_rule(kernels: int) -> ClassRule:
@@ -87,6 +88,7 @@ def mark_shared_steps(
     context: Iterable[dict[str, Any]] = (),
     *,
     rule: ClassRule | None = None,
+    code: CodeChanges | None = None,
 ) -> None:
     """Set `kernels_at_step` on every row, and judge the open changes at a shared step by rule
     5 of `rules` (`shared_step`): `environment` where the change moved as its class did there
@@ -96,7 +98,7 @@ def mark_shared_steps(
     (an hourly analysis's untouched series, as the table holds them): counted and taken as
     peers, never changed."""
     rule = rule or default_rule(kernels)
-    judge = _SharedSteps(list(itertools.chain(rows, context)), across, rule)
+    judge = _SharedSteps(list(itertools.chain(rows, context)), across, rule, code)
     for r in rows:
         r["kernels_at_step"] = judge.count(r)
         if r["state"] not in OPEN_STATES:
@@ -117,8 +119,14 @@ def mark_shared_steps(
 class _SharedSteps:
     """The steps' kernel counts and classes' levels over a set of changes."""
 
-    def __init__(self, rows: list[dict[str, Any]], across: bool, rule: ClassRule) -> None:
-        self.across, self.rule = across, rule
+    def __init__(
+        self,
+        rows: list[dict[str, Any]],
+        across: bool,
+        rule: ClassRule,
+        code: CodeChanges | None = None,
+    ) -> None:
+        self.across, self.rule, self.code = across, rule, code
         self.counted = _kernels_at_steps(rows, across)
         self.levels = class_levels(rows, lambda r: step_of(r, across), rule.launch_bound_ns)
 
@@ -136,7 +144,7 @@ class _SharedSteps:
             {**row, "kernels_at_step": self.count(row)}, cls, peers, self.rule
         )
         clauses = [said]
-        code = source_changes(row)
+        code = source_changes(row, self.code)
         if code:
             clauses.append(
                 f"its source changed in {len(code)} commit(s) of the range: a code suspect"
@@ -156,6 +164,7 @@ def unsettled(
     across: bool = True,
     *,
     rule: ClassRule | None = None,
+    code: CodeChanges | None = None,
 ) -> list[dict[str, Any]]:
     """The `context` rows whose state the changes in `rows` could change through
     `mark_shared_steps`, where `previous` are the table's rows of the series `rows` come from
@@ -165,8 +174,8 @@ def unsettled(
     must be analysed again: whether an `environment` change would be open without the shared
     step is not stored. Baselines' and harness changes are never judged there."""
     rule = rule or default_rule(kernels)
-    before = _SharedSteps(list(itertools.chain(previous, context)), across, rule)
-    after = _SharedSteps(list(itertools.chain(rows, context)), across, rule)
+    before = _SharedSteps(list(itertools.chain(previous, context)), across, rule, code)
+    after = _SharedSteps(list(itertools.chain(rows, context)), across, rule, code)
     out = []
     for r in context:
         if not is_liger(r["kernel"], r.get("provider")):

@@ -163,14 +163,15 @@ def detect_changes(
         # judges them; else their rows kept their state until the daily analysis (36 rows
         # after two hours on 4.4M runs). A group the first pass read is not read again.
         flagged = unsettled(result.changes, others, previous, kernels, across,
-                            rule=cal.settings.class_rule)  # fmt: skip
+                            rule=cal.settings.class_rule, code=hist.source_changes)  # fmt: skip
         again = touched_by(flagged, besides=source.only)
         if again.groups:
             before = len(result.changes)
             _absorb(result, analyse_buckets(replace(source, only=again), work, workers), points)
             mark_baseline_steps(result.changes[before:])
             others = [r for r in others if r["series_key"] not in result.analysed_series]
-    mark_shared_steps(result.changes, kernels, across, context=others, rule=cal.settings.class_rule)
+    mark_shared_steps(result.changes, kernels, across, context=others,
+                      rule=cal.settings.class_rule, code=hist.source_changes)  # fmt: skip
     result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result

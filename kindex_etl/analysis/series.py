@@ -460,15 +460,31 @@ def points(runs: pa.Table, ranks: Mapping[str, int], history: History) -> pa.Tab
     position = pa.array(np.where(pos >= 0, pos, 0), pa.int64(), mask=pos < 0)
     harness = pa.nulls(n, pa.string())
     if history.has_harness and n:
-        kenc = pc.dictionary_encode(runs.column("source_kernel")).combine_chunks()
-        names = kenc.dictionary.to_pylist()
+        # A revision splits only the providers whose timed code it changed (the catalog's
+        # per-provider harness): one code per (kernel, provider).
+        joined = pc.binary_join_element_wise(
+            pc.fill_null(runs.column("source_kernel"), "\x00"),
+            pc.fill_null(runs.column("provider"), "\x00"),
+            "\x01",
+        )
+        kenc = pc.dictionary_encode(joined).combine_chunks()
+        names = [tuple(n.split("\x01")) for n in kenc.dictionary.to_pylist()]
         kcode = pc.fill_null(kenc.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
-        # One int64 per (kernel, position): np.unique on a record array sorts field by field
-        # in Python-level comparisons (a fifth of a full analysis' time).
+        # One int64 per (kernel and provider, position): np.unique on a record array sorts
+        # field by field in Python-level comparisons (a fifth of a full analysis' time).
         span = int(pos.max()) + 2
         pairs, where = np.unique((kcode + 1) * span + (pos + 1), return_inverse=True)
+
+        def revision(k: int, p: int) -> str | None:
+            kernel, provider = names[k] if k >= 0 else ("\x00", "\x00")
+            return history.harness_revision(
+                None if kernel == "\x00" else kernel,
+                p if p >= 0 else None,
+                None if provider == "\x00" else provider,
+            )
+
         revs = [
-            history.harness_revision(names[k] if k >= 0 else None, int(p) if p >= 0 else None)
+            revision(k, p)
             for k, p in zip((pairs // span - 1).tolist(), (pairs % span - 1).tolist(), strict=True)
         ]
         harness = pa.array(revs, pa.string()).take(pa.array(where.reshape(-1)))

@@ -28,6 +28,7 @@ import json
 import os
 import subprocess
 from collections.abc import Iterable
+from fnmatch import fnmatch
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -135,14 +136,24 @@ class Sources:
             self._positions[kernel] = sorted(p for p in found if p is not None)
         self.head = history.commits[-1].position if history.commits else None
 
+    def _of(self, kernel: str) -> list[int] | None:
+        found = self._positions.get(kernel)
+        if found is None:  # a pattern such as `dyt_beta=*` names several kernels
+            found = next(
+                (v for k, v in self._positions.items() if "*" in k and fnmatch(kernel, k)), None
+            )
+        return found
+
     def touched(self, kernel: str, before: int | None, after: int | None) -> list[int] | None:
         """Positions in (before, after] that changed `kernel`'s source; None where nothing
-        says (unknown positions, a range past the catalog's head, no catalog)."""
-        if not self.known or before is None or after is None or self.head is None:
+        says (a kernel the catalog maps no file to, unknown positions, a range past the
+        catalog's head)."""
+        positions = self._of(kernel)
+        if positions is None or before is None or after is None or self.head is None:
             return None
         if after > self.head:
             return None
-        return [p for p in self._positions.get(kernel, []) if before < p <= after]
+        return [p for p in positions if before < p <= after]
 
 
 @cache

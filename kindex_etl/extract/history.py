@@ -40,6 +40,9 @@ class History:
     harness: dict[str, list[str]] = field(default_factory=dict)  # kernel_name -> shas
     # kernel_name -> sha -> the providers that revision touched (absent: every provider).
     harness_providers: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
+    # Which commits changed each kernel's source (`kindex_etl.catalog.sources.Sources`);
+    # None: nothing says.
+    sources: Any = None
 
     def __post_init__(self) -> None:
         self._tags: dict[str, Commit] = {}
@@ -76,6 +79,16 @@ class History:
 
     def tag_commit(self, tag: str | None) -> Commit | None:
         return self._tags.get(tag) if tag else None
+
+    def source_changes(
+        self, kernel_name: str, before: int | None, after: int | None
+    ) -> list[int] | None:
+        """Positions in (before, after] of the commits that changed `kernel_name`'s Liger
+        source (the catalog's `sources.json`); None where nothing says."""
+        if self.sources is None:
+            return None
+        found: list[int] | None = self.sources.touched(kernel_name, before, after)
+        return found
 
     def harness_revision(
         self, kernel_name: str | None, position: int | None, provider: str | None = None
@@ -161,7 +174,9 @@ def from_catalog(history: Any, harness: Any) -> History:
         _short(c.sha): Commit(_short(c.sha), c.position, c.date.isoformat(), c.release)
         for c in history.commits
     }
-    view = _CatalogHistory(commits)
+    from kindex_etl.catalog.sources import default_sources
+
+    view = _CatalogHistory(commits, sources=default_sources())
     view.catalog_history, view.catalog_harness = history, harness
     return view
 
