@@ -188,7 +188,8 @@ def sources_with(specs: list[dict[str, Any]], out: Path) -> Path:
 
 
 def found(spec: dict[str, Any], rows: dict[str, dict[str, Any]]) -> bool:
-    want = "faster" if spec["factor"] < 1 else ("larger" if spec["metric"] == "memory" else "slower")
+    larger = "larger" if spec["metric"] == "memory" else "slower"
+    want = "faster" if spec["factor"] < 1 else larger
     state = "improvement" if spec["factor"] < 1 else "alert"
     return any(
         r["kernel"] == spec["kernel"]
@@ -239,8 +240,9 @@ def main(argv: list[str] | None = None) -> int:
         for s in specs:
             outcomes.append({**s, "trial": trial, "found": found(s, rows)})
         shutil.rmtree(root / "upstream")
-        print(json.dumps({"trial": trial, "found": sum(o["found"] for o in outcomes[-len(specs):]),
-                          "of": len(specs), "crosstalk": moved}), file=sys.stderr, flush=True)  # fmt: skip
+        hits = sum(o["found"] for o in outcomes[-len(specs) :])
+        line = {"trial": trial, "found": hits, "of": len(specs), "crosstalk": moved}
+        print(json.dumps(line), file=sys.stderr, flush=True)
     by_class: dict[str, Counter[str]] = defaultdict(Counter)
     for o in outcomes:
         for key in (o["class"], f"{o['class']}/{o['metric']}", f"x{o['factor']}"):
@@ -249,8 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "trials": args.trials,
         "seed": args.seed,
-        "found": {k: {**v, "share": round(v["found"] / v["injected"], 3)}
-                  for k, v in sorted(by_class.items())},  # fmt: skip
+        "found": {
+            k: {**v, "share": round(v["found"] / v["injected"], 3)}
+            for k, v in sorted(by_class.items())
+        },
         "crosstalk_changes_per_trial": crosstalk,
         "injections": outcomes,
     }
