@@ -3,8 +3,9 @@ documents, through Prefect flows.
 
 Exit status: 0 done; 1 failed while working (what was committed stays); 2 a usage error or a
 check before starting failed (nothing was done); 130 / 143 stopped by Ctrl-C / SIGTERM (what
-was committed stays; the same command continues). Errors are one `kindex-etl: error:` line on
-stderr; `--debug` adds the traceback.
+was committed stays; the same command continues); 141 the reader of stdout went away (`| head`:
+quietly, as Unix tools do). Errors are one `kindex-etl: error:` line on stderr; `--debug` adds
+the traceback.
 """
 
 from __future__ import annotations
