@@ -304,3 +304,16 @@ def _jsonl(rows: list[dict[str, Any]], doc: Callable[[dict[str, Any]], dict[str,
     return "".join(
         json.dumps(doc(r), sort_keys=True, separators=(",", ":")) + "\n" for r in rows
     ).encode()
+
+
+def latest_rows(warehouse: Warehouse, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """`columns` of every change's latest row (retracted ones included), as `current_steps`
+    ranks them: what `kindex-etl regressions --show` lists without analysing again."""
+    wanted = list(dict.fromkeys(["change_id", "warehouse_seq", "written_seq", *columns]))
+    latest: dict[str, dict[str, Any]] = {}
+    for f in warehouse.state.tables.get(layout.REGRESSIONS, {}).values():
+        for row in read_columns(warehouse, f.batch, f.key, wanted).to_pylist():
+            held = latest.get(row["change_id"])
+            if held is None or _rank_of(row) >= _rank_of(held):
+                latest[row["change_id"]] = row
+    return list(latest.values())

@@ -97,14 +97,15 @@ class Analysis:
         """`rows` (default: every change) with `before_run_ids` and `after_run_ids`."""
         return self.run_ids.attach(self.changes if rows is None else rows)
 
-    def write_json(self, out: IO[str]) -> None:
+    def write_json(self, out: IO[str], rows: list[dict[str, Any]] | None = None) -> None:
         """`as_dict()` as one JSON object (sorted keys), with whole change rows, streamed: the
-        changes of a large warehouse are hundreds of MB of text."""
+        changes of a large warehouse are hundreds of MB of text. `rows`: the changes to list
+        (default: all; `kindex-etl regressions --state ...` lists some, the counts stay)."""
         mark = "\x00changes\x00"
         text = json.dumps({**self.as_dict(), "changes": mark}, sort_keys=True, default=str)
         head, tail = text.split(json.dumps(mark), 1)
         out.write(head + "[")
-        for i, row in enumerate(self.full_changes()):
+        for i, row in enumerate(self.full_changes(rows)):
             out.write((", " if i else "") + json.dumps(row, sort_keys=True, default=str))
         out.write("]" + tail)
 

@@ -3,14 +3,17 @@ documents, through Prefect flows.
 
 Exit status: 0 done; 1 failed while working (what was committed stays); 2 a usage error or a
 check before starting failed (nothing was done); 130 / 143 stopped by Ctrl-C / SIGTERM (what
-was committed stays; the same command continues). Errors are one `kindex-etl: error:` line on
-stderr; `--debug` adds the traceback.
+was committed stays; the same command continues); 141 the reader of stdout went away (`| head`:
+quietly, as Unix tools do). Errors are one `kindex-etl: error:` line on stderr; `--debug` adds
+the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import os
+import select
 import sys
 import traceback
 from collections.abc import Sequence
@@ -132,6 +135,31 @@ def _message(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+# What a shell reports for a command killed by SIGPIPE (128 + 13): `seq 1e9 | head -1` under
+# `set -o pipefail` exits so too.
+CLOSED_PIPE = 141
+
+
+def stdout_closed() -> bool:
+    """Whether nobody reads our stdout any more (`kindex-etl regressions | head -1` after
+    head's exit): a pipe whose reader is gone polls POLLERR. A BrokenPipeError from anywhere
+    else (a socket to S3 or Prefect) is an error like any other."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no real stdout (a test's StringIO)
+        return False
+
+
+def _quiet_stdout() -> None:
+    # Python flushes stdout at exit once more and would print "Exception ignored ...
+    # BrokenPipeError" on stderr: what is left goes nowhere instead.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from kindex_etl.cli.server import release
@@ -140,8 +168,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         with clean_stops(before_exit=release):
-            return int(args.func(args))
+            code = int(args.func(args))
+            sys.stdout.flush()  # here, where a closed pipe is caught, and not at exit
+            return code
     except (KindexError, OSError, ValueError) as exc:
+        if isinstance(exc, BrokenPipeError) and stdout_closed():
+            # The reader has what it wanted (`| head`): end quietly, as Unix tools do. What
+            # the command committed stays committed; only its printing was cut short.
+            _quiet_stdout()
+            return CLOSED_PIPE
         if args.debug:
             traceback.print_exc()
         print(f"kindex-etl: error: {_message(exc)}", file=sys.stderr)

@@ -35,11 +35,11 @@ from ..analysis.spill import PointSpill, read_ipc
 from ..load import layout
 from ..storage import ObjectStore
 from ..workers import Workers
-from .alerts import ChangeContext, grouped_changes, is_liger
+from .alerts import ChangeContext, group_key, grouped_changes, is_liger
 from .assets import plotly_js, write_assets
 from .charts import kernel_page, minute_stamps
 from .fields import group_of
-from .matrix import LEGEND, Matrix, kernel_by_gpu, release_by_kernel
+from .matrix import ALERTING, LEGEND, Matrix, kernel_by_gpu, release_by_kernel
 from .page import GPU_FIELDS, column_values, gpu_labels, null, num, page, text
 from .triage import FalseAlarms, measured_false_alarms, read_verdicts
 
@@ -139,23 +139,32 @@ def index_page(
     groups: dict[str, int] = {}
     for c in changes:
         groups[group_of(c)] = groups.get(group_of(c), 0) + 1
-    counts = ", ".join(f"{n} {g}" for g, n in sorted(groups.items(), key=lambda t: -t[1]))
+    # Alerts first, as people act on them (by count, hundreds of environment steps came
+    # first and the alerts last).
+    counts = ", ".join(f"{groups[g]} {g}" for g in sorted(groups, key=group_key))
+    alerting = [c for c in changes if group_of(c) in ALERTING]
+    others = [c for c in changes if group_of(c) not in ALERTING]
     series = sum(s["series"] for s in summary.values())
     body = [
         "<h1>Kernel benchmarks: which change made which kernel slower on which GPU</h1>",
-        f'<p class="note">Warehouse commit {seq}; {len(summary)} kernels, {series} series, '
-        f"{len(matrix.gpus())} GPUs; changes: {escape(counts) or 'none'}. "
+        f'<p class="note">Warehouse commit {seq}; changes: {escape(counts) or "none"}; '
+        f"{len(summary)} kernels, {series} series, {len(matrix.gpus())} GPUs. "
         f"{len(ctx.verdicts)} verdicts given.</p>",
+        # The alerts before the matrices: on upstream's history the matrices and the other
+        # changes put them about 3,860 px down the page.
+        f"<h2>Alerts ({len(alerting)})</h2><p class='note'>The changes to act on: liger apart "
+        "from its baselines, newest first; each links to its series chart, its range on "
+        "upstream's compare view and the runs behind it. Click a heading to sort, type to "
+        "filter. Every other change is below, by cause.</p>",
+        grouped_changes(alerting, ctx) if alerting else '<p class="note">no alerts</p>',
         "<h2>Kernels × GPUs, newest release</h2>",
         LEGEND,
         kernel_by_gpu(matrix, page_of),
         "<h2>Kernels × releases, one GPU</h2>",
         release_by_kernel(matrix, page_of),
-        "<h2>Changes by cause</h2><p class='note'>Grouped by cause where the analysis gives "
-        "one, else by state; liger apart from its baselines; newest first. Each links to its "
-        "series chart, its range on upstream's compare view and the runs behind it. Click a "
-        "heading to sort, type to filter.</p>",
-        grouped_changes(changes, ctx),
+        "<h2>Other changes by cause</h2><p class='note'>Grouped by cause where the analysis "
+        "gives one, else by state; liger apart from its baselines; newest first.</p>",
+        grouped_changes(others, ctx),
         "<h2>How often the detector is wrong</h2>",
         _measured_table(measured_false_alarms(changes, ctx.verdicts)),
         _calibration_table(cal),

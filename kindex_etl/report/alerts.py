@@ -147,7 +147,8 @@ def changes_table(table_id: str, changes: Sequence[Mapping[str, Any]], ctx: Chan
     return sortable_table(table_id, HEADERS, rows) + note
 
 
-def _group_key(group: str) -> tuple[int, str]:
+def group_key(group: str) -> tuple[int, str]:
+    """Where a group comes in what people read: alerts first, improvements last."""
     if group in GROUP_ORDER:
         return (GROUP_ORDER.index(group), group)
     if group in QUIET_GROUPS:
@@ -174,7 +175,7 @@ def grouped_changes(changes: Sequence[Mapping[str, Any]], ctx: ChangeContext) ->
     for c in changes:
         groups.setdefault(group_of(c), []).append(c)
     out = []
-    for group in sorted(groups, key=_group_key):
+    for group in sorted(groups, key=group_key):
         members = groups[group]
         liger = [c for c in members if is_liger(text(c.get("provider")))]
         base = [c for c in members if not is_liger(text(c.get("provider")))]

@@ -252,6 +252,30 @@ def _change_marks(
     return traces, shapes
 
 
+# A series whose points span more than this (its largest over its smallest) is drawn on a log
+# axis: on a linear one from zero, dpo_loss's harness step from 1.6 s to 5 ms (issue 54) left
+# every point after it on the axis line, and a regression among them invisible.
+LOG_SPAN = 10.0
+
+
+def spans_decades(traces: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether one of `traces` (a series each) spans more than `LOG_SPAN`."""
+    for t in traces:
+        values = [v for v in t["y"] if v is not None and v > 0]
+        if values and max(values) > LOG_SPAN * min(values):
+            return True
+    return False
+
+
+def use_log_axis(layout: dict[str, Any]) -> None:
+    """A log y axis, which has no zero to start from: each decade gets the same height."""
+    layout["yaxis"] = {
+        **{k: v for k, v in layout["yaxis"].items() if k not in ("rangemode", "zeroline")},
+        "type": "log",
+    }
+    layout["yaxis"]["title"] = {"text": f"{layout['yaxis']['title']['text']} (log scale)"}
+
+
 def _layout(categories: list[str], unit: str, *, reference: float | None = None) -> dict[str, Any]:
     layout: dict[str, Any] = {
         "margin": {"l": 64, "r": 16, "t": 28, "b": 70},
@@ -376,6 +400,8 @@ def _series_section(
             marks, shapes = _change_marks(w_changes, w, scale, min_effect)
             layout = _layout(_x_order(w), unit)
             layout["shapes"] = shapes
+            if spans_decades(traces):
+                use_log_axis(layout)
             flag = " ⚠" if any(group_of(c) != "improvement" for c in w_changes) else ""
             if default is None and flag:
                 default = i

@@ -13,7 +13,7 @@ from typing import Any
 from ..analysis.series import version_order
 from .alerts import is_liger
 from .fields import group_of
-from .page import gpu_label, text
+from .page import WIDE, gpu_label, text
 
 ALERTING = frozenset({"alert", "kernel", "code"})  # a change liger's code is suspected of
 
@@ -176,8 +176,8 @@ def kernel_by_gpu(m: Matrix, page_of: Callable[[str], str]) -> str:
             )
         rows.append(f"<tr>{_kernel_th(k, page_of)}{''.join(cells)}</tr>")
     return (
-        f'<table class="matrix by-speedup" id="kernel-gpu"><thead><tr><th>kernel</th>{head}</tr>'
-        f"</thead><tbody>{''.join(rows)}</tbody></table>"
+        f'{WIDE}<table class="matrix by-speedup" id="kernel-gpu"><thead><tr><th>kernel</th>'
+        f"{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
     )
 
 
@@ -204,8 +204,9 @@ def release_by_kernel(m: Matrix, page_of: Callable[[str], str]) -> str:
             )
             rows.append(f"<tr>{_kernel_th(k, page_of)}{cells}</tr>")
         views.append(
-            f'<div data-gpu-view="{i}"><table class="matrix by-speedup" id="releases-{i}"><thead>'
-            f"<tr><th>kernel</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+            f'<div data-gpu-view="{i}" class="wide"><table class="matrix by-speedup" '
+            f'id="releases-{i}"><thead><tr><th>kernel</th>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table></div>"
         )
     return (
         '<p><label>GPU: <select class="gpu-pick" aria-label="GPU">'

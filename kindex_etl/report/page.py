@@ -41,6 +41,7 @@ table.matrix.by-change td.cell{background:var(--ch)}
 table.matrix th.kernel{text-align:left}.rel{font-size:10px;color:#555;display:block}
 .mark{font-size:10px;display:block}.legend span{display:inline-block;padding:1px 8px;
 margin-right:4px;font-size:11px;border:1px solid #ddd}
+.wide{overflow-x:auto;max-width:100%}table.matrix th{white-space:normal}
 .chartbox{border:1px solid #e3e3e3;margin:10px 0;padding:4px 8px}
 .plot{width:100%;height:360px}.controls{font-size:12px;margin:2px 0}
 .controls select{font-size:12px;max-width:100%}
@@ -190,6 +191,11 @@ SCRIPT = r"""
 """
 
 
+# A wide table (nine GPUs, eighteen releases, twelve columns of a change) scrolls inside its
+# box: the page itself never scrolls sideways (at 1,280 px the index was 1,652 px wide).
+WIDE = '<div class="wide">'
+
+
 def page(title: str, body: str, *, scripts: tuple[str, ...] = ()) -> str:
     """A whole page; `scripts`: relative URLs of shared assets (the Plotly library)."""
     head = "".join(f'<script src="{escape(s)}"></script>' for s in scripts)
@@ -274,9 +280,9 @@ def sortable_table(
         f'<input class="filter" type="search" data-table="{table_id}" '
         f'placeholder="{escape(hint, quote=True)}" aria-label="filter {table_id}"> '
         f'<span class="note" id="{table_id}-count"></span>'
-        f'<table class="sortable" id="{table_id}"><thead><tr>'
+        f'{WIDE}<table class="sortable" id="{table_id}"><thead><tr>'
         + "".join(f"<th>{escape(h)}</th>" for h in headers)
         + "</tr></thead><tbody>"
         + "".join(rows)
-        + "</tbody></table>"
+        + "</tbody></table></div>"
     )

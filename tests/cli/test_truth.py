@@ -94,7 +94,10 @@ def test_regressions_print_the_summary_first_then_alerts_largest_first(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "3 series, 24 runs at commit 1: 3 changes, 3 alerts (3 new)"
     assert lines[1].startswith("report: ")
-    changes = lines[2:]
+    # Then the count by state, how many are listed, and the legend's two lines.
+    assert lines[2] == "by state: 3 alert" and lines[3] == "listed: 3 of 3"
+    assert lines[4].startswith("legend: ") and lines[5].startswith("states: ")
+    changes = lines[6:]
     assert [line.split()[0] for line in changes] == ["alert"] * 3
     # The 30 % step, second in the input, comes first.
     assert "hidden4096" in changes[0] and changes[0].split()[1] == "x1.3"
