@@ -50,10 +50,11 @@ LEGEND = (
     "legend: STATE xRATIO (after/before, above 1: slower or larger) [95 % interval] KERNEL PASS "
     "PROVIDER METRIC on GPU, WORKLOAD: where it starts (releases, commits, whose runs); what "
     "moved beside it; the benchmark script; how often the detector alerts on such a series "
-    "when nothing changed\n"
-    "states: alert = act on it; pending = seen at the newest point only; improvement; "
-    "environment = moved with the other providers or with many kernels (no alert); harness = "
-    "the benchmark script changed at the step (no alert)"
+    "when nothing changed; another cause the evidence could not rule out\n"
+    "states: alert = act on it; pending = not yet held by enough points after it; "
+    "improvement; environment = moved with its baselines, or as the other kernels of its "
+    "class did where many stepped (no alert); harness = this provider's benchmark code "
+    "changed at the step (no alert)"
 )
 
 
@@ -283,7 +284,9 @@ def change_line(c: dict[str, Any], new: bool = False) -> str:
         f"{c['state']:<11} x{c['ratio']:.4g} [{c['ratio_low']:.4g}, {c['ratio_high']:.4g}] "
         f"{c['kernel']} {c['operation_mode']} {c['provider']} {c['metric']} on {machine}, "
         f"{c['workload_slug']}: {where(c)}; {beside(c)}; {script(c)}; "
-        f"false-alarm rate of {c['series_class']}: {alarms}" + ("; new" if new else "")
+        f"false-alarm rate of {c['series_class']}: {alarms}"
+        + (f"; {c['suspected']} suspected too" if c.get("suspected") else "")
+        + ("; new" if new else "")
     )
 
 
