@@ -529,24 +529,33 @@ class _Controls:
                     return False
         return measured
 
-    def ratios(self, s: int, before: list[int], after: list[int]) -> dict[str, float]:
-        """Provider -> its ratio over the same step (the same before and after points)."""
+    def ratios(
+        self, s: int, before: list[int], after: list[int], *, across: bool = False
+    ) -> dict[str, float]:
+        """Provider -> its ratio over the same step (the same before and after points).
+        `across`: a step across a harness revision, `after` indexed into the next part of
+        the series; each baseline is then read across its own parts too (a revision of
+        shared code split them as well: whether they moved there is the evidence)."""
         ranks = self.cols.point["release_rank"]
         providers = self.cols.point["provider"]
         r0, _ = self.p.releases(s)
         own = providers[r0]
         b_ranks = [ranks[r0 + i] for i in before]
         a_ranks = [ranks[r0 + i] for i in after]
-        out: dict[str, list[float]] = {}
+        levels: dict[tuple[str, int], dict[Any, float]] = {}
         for t in self.siblings.get(s, []):
             t0, _ = self.p.releases(t)
             if providers[t0] == own:
                 continue
-            level = self._level(t)
+            # Without `across`, each part of a baseline's series stands alone.
+            key = (providers[t0], -1 if across else t)
+            levels.setdefault(key, {}).update(self._level(t))
+        out: dict[str, list[float]] = {}
+        for (provider, _), level in levels.items():
             b = [level[r] for r in b_ranks if r in level]
             a = [level[r] for r in a_ranks if r in level]
             if a and b:
-                out.setdefault(providers[t0], []).append(sum(a) / len(a) - sum(b) / len(b))
+                out.setdefault(provider, []).append(sum(a) / len(a) - sum(b) / len(b))
         return {k: math.exp(sum(v) / len(v)) for k, v in sorted(out.items())}
 
 
@@ -603,7 +612,7 @@ def _row(
         ).hexdigest()
     )
     series_class = f"{meta['metric']}/{meta['operation_mode']}"
-    baselines = controls.ratios(c.series, c.before, c.after)
+    baselines = controls.ratios(c.series, c.before, c.after, across=c.state == "harness")
     baseline_ratio = (
         math.exp(sum(math.log(v) for v in baselines.values()) / len(baselines))
         if baselines
