@@ -20,8 +20,9 @@ FLAT = [0.4] * 8
 
 
 def _with_revision(sha: str, providers: list[str] | None) -> History:
-    rev: dict[str, Any] = {"sha": sha} if providers is None else {"sha": sha,
-                                                                  "providers": providers}  # fmt: skip
+    rev: dict[str, Any] = {"sha": sha}
+    if providers is not None:
+        rev["providers"] = providers
     return History.of(
         {s: {"position": 100 + 3 * i} for i, s in enumerate(SHAS)},
         {"kernels": {KERNEL: {"revisions": [{"sha": SHAS[0]}, rev]}}},
