@@ -133,10 +133,21 @@ def change_row(c: Mapping[str, Any], ctx: ChangeContext) -> str:
         f'<td class="num" data-sort="{sort_value(ratio)}">{num(ratio, 4)} '
         f"[{num(c.get('ratio_low'), 4)}, {num(c.get('ratio_high'), 4)}]</td>"
         f'<td class="num" data-sort="{sort_value(c.get("p_value"))}">{num(c.get("p_value"))}</td>'
-        f"<td>{state_chip(group)}{verdict_chip(ctx.verdicts.get(change_id))}</td>"
+        f"<td>{state_chip(group)}{verdict_chip(ctx.verdicts.get(change_id))}"
+        f"{_evidence(c)}</td>"
         f'<td class="runs">{_runs_cell(change_id, ctx, c)}</td>'
         f'<td><code title="{escape(change_id, quote=True)}">{escape(short)}</code></td></tr>'
     )
+
+
+def _evidence(c: Mapping[str, Any]) -> str:
+    """Another cause the rules could not rule out, and what each rule weighed."""
+    suspected = text(c.get("suspected"))
+    evidence = text(c.get("evidence"))
+    out = f'<div class="muted">{escape(suspected)} suspected too</div>' if suspected else ""
+    if evidence:
+        out += f"<details><summary>why</summary>{escape(evidence)}</details>"
+    return out
 
 
 def changes_table(table_id: str, changes: Sequence[Mapping[str, Any]], ctx: ChangeContext) -> str:
