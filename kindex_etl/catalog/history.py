@@ -8,7 +8,11 @@ harness rule); never edit them by hand. This module only reads them:
   `version_span(version)`), shas matched in full or by a prefix of at least 7 characters, as the
   gh-pages folders `benchmarks/<sha>[-<tag>]/` name them.
 - `Harness`: per kernel name as upstream writes it in the CSVs, the positions at which what its
-  benchmark times changed (`revisions(kernel)`, `between(kernel, before, after)`).
+  benchmark times changed (`revisions(kernel)`, `between(kernel, before, after)`,
+  `revision_at(kernel, position)`). Each takes an optional `provider` (`"liger"`, `"torch"`,
+  ... as the CSVs spell it): given, only the revisions that changed that provider's timed code
+  count (a revision that added another provider, or changed the reference only `torch` times,
+  leaves liger's series whole); omitted, every revision counts, as before.
 
 The module-level `position`, `first_release` and `harness_revisions` read the packaged files.
 """
@@ -51,6 +55,9 @@ class HarnessRevision:
     kernel_names: tuple[str, ...]
     changed: tuple[str, ...]  # "created", "script", or "path:definition"
     removed: bool = False
+    # The providers whose timed code it changed; None: every provider (shared code changed,
+    # the script was created, or it could not be split).
+    providers: tuple[str, ...] | None = None
 
 
 def _tag_key(tag: str) -> str:
@@ -130,6 +137,7 @@ class Harness:
                     kernel_names=tuple(r["kernel_names"]),
                     changed=tuple(r["changed"]),
                     removed=bool(r.get("removed", False)),
+                    providers=None if r.get("providers") is None else tuple(r["providers"]),
                 )
                 for r in revisions
             )
@@ -139,34 +147,69 @@ class Harness:
             name: (tuple(entry["scripts"]), tuple(entry["revisions"]))
             for name, entry in doc["kernels"].items()
         }
+        # kernel name -> position -> the providers that revision touched (absent: all of them).
+        self._touched: dict[str, dict[int, frozenset[str]]] = {
+            name: {int(p): frozenset(who) for p, who in entry.get("providers", {}).items()}
+            for name, entry in doc["kernels"].items()
+        }
         self._patterns = sorted(k for k in self._kernels if "*" in k)
 
-    def _entries(self, kernel_name: str) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
+    def _names(self, kernel_name: str) -> list[str]:
         # A script that formats its kernel name (`dyt_beta=*`) is listed by pattern.
-        found = [self._kernels[kernel_name]] if kernel_name in self._kernels else []
-        found += [self._kernels[p] for p in self._patterns if fnmatch.fnmatchcase(kernel_name, p)]
-        return found
+        found = [kernel_name] if kernel_name in self._kernels else []
+        return found + [p for p in self._patterns if fnmatch.fnmatchcase(kernel_name, p)]
+
+    def _entries(self, kernel_name: str) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
+        return [self._kernels[name] for name in self._names(kernel_name)]
 
     def known(self, kernel_name: str) -> bool:
-        return bool(self._entries(kernel_name))
+        return bool(self._names(kernel_name))
 
-    def revisions(self, kernel_name: str) -> list[int]:
-        """Positions at which what `kernel_name`'s benchmark times changed, in order."""
-        return sorted({p for _, positions in self._entries(kernel_name) for p in positions})
+    def revisions(self, kernel_name: str, provider: str | None = None) -> list[int]:
+        """Positions at which what `kernel_name`'s benchmark times changed, in order; with
+        `provider`, only those that changed what that provider runs."""
+        found: set[int] = set()
+        for name in self._names(kernel_name):
+            touched = self._touched[name]
+            found.update(
+                p
+                for p in self._kernels[name][1]
+                if provider is None or p not in touched or provider in touched[p]
+            )
+        return sorted(found)
+
+    def touched(self, kernel_name: str, position: int) -> frozenset[str] | None:
+        """The providers whose timed code the revision at `position` changed; None: all of
+        them (or no revision there)."""
+        found: set[str] = set()
+        for name in self._names(kernel_name):
+            if position not in self._kernels[name][1]:
+                continue
+            who = self._touched[name].get(position)
+            if who is None:
+                return None
+            found |= who
+        return frozenset(found) if found else None
 
     def kernel_scripts(self, kernel_name: str) -> list[str]:
         return sorted({s for scripts, _ in self._entries(kernel_name) for s in scripts})
 
-    def between(self, kernel_name: str, before: int, after: int) -> list[int]:
-        """Revisions in (before, after]: a step measured across them is the harness's."""
-        positions = self.revisions(kernel_name)
+    def between(
+        self, kernel_name: str, before: int, after: int, provider: str | None = None
+    ) -> list[int]:
+        """Revisions in (before, after]: a step measured across them is the harness's
+        (with `provider`: only the revisions that changed that provider's code)."""
+        positions = self.revisions(kernel_name, provider)
         lo = bisect.bisect_right(positions, before)
         hi = bisect.bisect_right(positions, after)
         return positions[lo:hi]
 
-    def revision_at(self, kernel_name: str, position: int) -> int | None:
-        """The latest revision at or before `position` (the harness a run there used)."""
-        positions = self.revisions(kernel_name)
+    def revision_at(
+        self, kernel_name: str, position: int, provider: str | None = None
+    ) -> int | None:
+        """The latest revision at or before `position` (the harness a run there used; with
+        `provider`, the harness that provider's run used)."""
+        positions = self.revisions(kernel_name, provider)
         i = bisect.bisect_right(positions, position)
         return positions[i - 1] if i else None
 
@@ -203,5 +246,5 @@ def first_release(sha: str) -> str | None:
     return _packaged_history().first_release(sha)
 
 
-def harness_revisions(kernel_name: str) -> list[int]:
-    return _packaged_harness().revisions(kernel_name)
+def harness_revisions(kernel_name: str, provider: str | None = None) -> list[int]:
+    return _packaged_harness().revisions(kernel_name, provider)

@@ -39,6 +39,17 @@ harness.json
 
     A script's creation is a revision (a kernel name moving to a new script starts a new
     series); its deletion is recorded for the script but is not a revision of any kernel.
+
+    Each revision also says whose timed code it changed (`providers`): the script is split by
+    provider (`script_providers`: the `if provider == ...` branches, the statements and
+    definitions only those branches use, the repository definitions only they import), and
+    the revision names the providers whose part differs. A change to shared code (inputs,
+    warm-up, the timing call, a helper every provider goes through) or to a part every
+    provider runs gives `null`: all of them, as does a script's creation or a file that does
+    not parse. So #830, which added `liger-fp32-accum` to fused_linear_cross_entropy's script,
+    names only that provider, and #974's change of `HFJSDLoss`, which only distill_jsd_loss's
+    `torch` provider times, names only `torch`. Per kernel name, `providers` maps each such
+    limited revision's position to its providers (absent: all).
     Kernel names come from the script's syntax: string constants passed as `kernel_name=...`,
     a `"kernel_name": ...` dict entry or a `kernel_name = ...` assignment; an f-string becomes
     a pattern with `*` for each formatted part (`fused_linear_grpo_loss_*`).
@@ -61,6 +72,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
+
+from .script_providers import Owners, Split
+from .script_providers import split as split_providers
 
 FORMAT = 1
 SHORT = 7
@@ -256,6 +270,9 @@ class Module:
     imports: dict[str, tuple[str, int, str]] = field(default_factory=dict)  # local -> source
     all_imports: list[tuple[str, int, str, str]] = field(default_factory=list)
     kernel_names: tuple[str, ...] = ()
+    # Benchmark scripts only: the code split by provider (`script_providers`); None where the
+    # file does not parse (then every revision touches every provider).
+    split: Split | None = None
 
 
 def _kernel_name(node: ast.expr) -> str | None:
@@ -324,6 +341,8 @@ def parse_module(path: str, source: bytes) -> Module:
         # Unparseable here (other Python syntax): the text stands for all of it.
         return Module(path, hashlib.sha256(source).hexdigest()[:16])
     module = Module(path, _code_digest(copy.deepcopy(tree)), kernel_names=_kernel_names(tree))
+    if SCRIPT.match(path):
+        module.split = split_providers(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
@@ -392,53 +411,109 @@ class Harness:
                     return found
         return None
 
-    def fingerprint(self, commit: str, script: str) -> tuple[dict[str, str], set[str]] | None:
-        """Digest per harness part ("script", "path:name"), and the files they were read from."""
+    def fingerprint(self, commit: str, script: str) -> Fingerprint | None:
+        """Digest per harness part ("script", "path:name"), the files they were read from, and
+        per provider what it runs (`Fingerprint.by_provider`)."""
         top = self.module(commit, script)
         if top is None:
             return None
         parts = {"script": top.digest}
         files = {script}
-        todo: list[tuple[Module, str]] = []
-        for mod, level, name, _local in top.all_imports:
+        loads = top.split.loads if top.split is not None else {}
+        owners: dict[str, Owners] = {}
+        # (module, name, providers whose code reaches it); a name reached again by more
+        # providers is walked again, so every part ends with the union of its readers.
+        todo: list[tuple[Module, str, Owners]] = []
+        for mod, level, name, local in top.all_imports:
             target = self.resolve(commit, script, mod, level)
             if target is not None:
-                todo.append((target, name))
-        seen: set[tuple[str, str]] = set()
+                todo.append((target, name, loads.get(local)))
+        seen: dict[tuple[str, str], Owners] = {}
         while todo:
-            module, name = todo.pop()
-            if (module.path, name) in seen:
-                continue
-            seen.add((module.path, name))
+            module, name, who = todo.pop()
+            key = (module.path, name)
+            if key in seen:
+                merged = _union_owners(seen[key], who)
+                if merged == seen[key]:
+                    continue
+                who = merged
+            seen[key] = who
             if module.path.startswith(f"{HELPER_DIR}/") and name in REPORTING:
                 continue
             files.add(module.path)
             if name in module.definitions:
                 parts[f"{module.path}:{name}"] = module.definitions[name]
+                owners[f"{module.path}:{name}"] = who
                 for used in module.references.get(name, ()):
                     if used in module.definitions:
-                        todo.append((module, used))
+                        todo.append((module, used, who))
                     elif used in module.imports:
                         src, level, orig = module.imports[used]
                         target = self.resolve(commit, module.path, src, level)
                         if target is not None:
-                            todo.append((target, orig))
+                            todo.append((target, orig, who))
             elif name in module.imports:
                 src, level, orig = module.imports[name]
                 target = self.resolve(commit, module.path, src, level)
                 if target is not None:
-                    todo.append((target, orig))
-        return parts, files
+                    todo.append((target, orig, who))
+        by_provider: dict[str, tuple[str, Owners]] | None = None
+        if top.split is not None:
+            by_provider = {"shared": (_digest(top.split.shared), None)}
+            for provider, dumps in top.split.owned.items():
+                by_provider[f"provider:{provider}"] = (
+                    _digest("\n".join(dumps)),
+                    frozenset({provider}),
+                )
+            for part, digest in parts.items():
+                if part != "script":
+                    by_provider[part] = (digest, owners[part])
+        return Fingerprint(parts, files, by_provider)
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    parts: dict[str, str]  # "script" or "path:name" -> digest: what counts as a revision
+    files: set[str]
+    # The same split by provider: "shared", "provider:<name>", "path:name" -> (digest, the
+    # providers that run it; None: all). None where the script does not parse.
+    by_provider: dict[str, tuple[str, Owners]] | None
+
+
+def _union_owners(a: Owners, b: Owners) -> Owners:
+    return None if a is None or b is None else a | b
+
+
+def touched_providers(before: Fingerprint | None, after: Fingerprint) -> list[str] | None:
+    """The providers whose timed code differs between two fingerprints of one script; None
+    when shared code changed (or either side could not be split): then all of them."""
+    if before is None or before.by_provider is None or after.by_provider is None:
+        return None
+    old, new = before.by_provider, after.by_provider
+    found: set[str] = set()
+    for part in old.keys() | new.keys():
+        if old.get(part, ("",))[0] == new.get(part, ("",))[0]:
+            continue
+        who: Owners = frozenset()
+        for side in (old, new):
+            if part in side:
+                who = _union_owners(who, side[part][1])
+        if who is None:
+            return None
+        found |= who
+    # Code that every provider runs (an input every branch reads) is shared code in effect.
+    everyone = {p.removeprefix("provider:") for p in new if p.startswith("provider:")}
+    return None if everyone and everyone <= found else sorted(found)
 
 
 def build_harness(git: Git, commits: Sequence[Commit], repository: str) -> dict[str, Any]:
     harness = Harness(git)
-    state: dict[str, tuple[dict[str, str], set[str], tuple[str, ...]]] = {}
+    state: dict[str, tuple[Fingerprint, tuple[str, ...]]] = {}
     scripts: dict[str, list[dict[str, Any]]] = {}
     for commit in commits:
         changed = set(commit.changed)
         candidates = {p for p in changed if SCRIPT.match(p)}
-        candidates |= {s for s, (_, files, _) in state.items() if files & changed}
+        candidates |= {s for s, (fp, _) in state.items() if fp.files & changed}
         for script in sorted(candidates):
             before = state.get(script)
             found = harness.fingerprint(commit.sha, script)
@@ -452,16 +527,17 @@ def build_harness(git: Git, commits: Sequence[Commit], repository: str) -> dict[
                             "removed": True,
                             "kernel_names": [],
                             "changed": [],
+                            "providers": None,
                         }
                     )
                 continue
-            parts, files = found
             module = harness.module(commit.sha, script)
             names = module.kernel_names if module is not None else ()
-            if before is not None and before[0] == parts:
-                state[script] = (parts, files, names)
+            if before is not None and before[0].parts == found.parts:
+                state[script] = (found, names)
                 continue
-            old = before[0] if before is not None else {}
+            old = before[0].parts if before is not None else {}
+            parts = found.parts
             what = sorted(k for k in parts.keys() | old.keys() if parts.get(k) != old.get(k))
             scripts.setdefault(script, []).append(
                 {
@@ -469,9 +545,11 @@ def build_harness(git: Git, commits: Sequence[Commit], repository: str) -> dict[
                     "sha": commit.sha[:SHORT],
                     "kernel_names": list(names),
                     "changed": ["created"] if before is None else what,
+                    # Whose timed code changed; None: everyone's (shared code, or created).
+                    "providers": touched_providers(before[0] if before else None, found),
                 }
             )
-            state[script] = (parts, files, names)
+            state[script] = (found, names)
     # A file that matches the name but never writes a row (the shared sweep helper
     # `benchmark_model_configs.py`) is a dependency, not a benchmark.
     scripts = {s: revs for s, revs in scripts.items() if any(r["kernel_names"] for r in revs)}
@@ -483,14 +561,25 @@ def build_harness(git: Git, commits: Sequence[Commit], repository: str) -> dict[
                 previous = []
                 continue
             for name in sorted(set(previous) | set(rev["kernel_names"])):
-                entry = kernels.setdefault(name, {"scripts": [], "revisions": []})
+                entry = kernels.setdefault(name, {"scripts": [], "revisions": [], "touched": {}})
                 if script not in entry["scripts"]:
                     entry["scripts"].append(script)
                 entry["revisions"].append(rev["position"])
+                at = str(rev["position"])
+                who = rev["providers"]
+                # Two scripts revised at one commit: the union; anyone's "all" wins.
+                held = entry["touched"].get(at, [])
+                entry["touched"][at] = (
+                    None if who is None or held is None else sorted(set(held) | set(who))
+                )
             previous = rev["kernel_names"]
     for entry in kernels.values():
         entry["scripts"].sort()
         entry["revisions"] = sorted(set(entry["revisions"]))
+        # Only the revisions that spare some providers are listed: absent means all.
+        limited = {k: v for k, v in entry.pop("touched").items() if v is not None}
+        if limited:
+            entry["providers"] = dict(sorted(limited.items(), key=lambda kv: int(kv[0])))
     return {
         "format": FORMAT,
         "source": {"repository": repository, "head": commits[-1].sha if commits else None},

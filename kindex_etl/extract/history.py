@@ -38,6 +38,8 @@ def _short(sha: str) -> str:
 class History:
     commits: dict[str, Commit] = field(default_factory=dict)  # by 7-digit sha
     harness: dict[str, list[str]] = field(default_factory=dict)  # kernel_name -> shas
+    # kernel_name -> sha -> the providers that revision touched (absent: every provider).
+    harness_providers: dict[str, dict[str, frozenset[str]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._tags: dict[str, Commit] = {}
@@ -75,23 +77,31 @@ class History:
     def tag_commit(self, tag: str | None) -> Commit | None:
         return self._tags.get(tag) if tag else None
 
-    def harness_revision(self, kernel_name: str | None, position: int | None) -> str | None:
+    def harness_revision(
+        self, kernel_name: str | None, position: int | None, provider: str | None = None
+    ) -> str | None:
         """The newest harness revision of `kernel_name` at or before `position`; None where
-        the kernel has none before it or the position is unknown."""
+        the kernel has none before it or the position is unknown. With `provider`, only the
+        revisions that changed that provider's timed code count (the catalog's
+        `Harness.revision_at(..., provider)`); without, every revision does."""
         if kernel_name is None or position is None:
             return None
+        touched = self.harness_providers.get(kernel_name, {})
         found = None
         for pos, sha in self._revisions.get(kernel_name, ()):
             if pos > position:
                 break
-            found = sha
+            who = touched.get(sha)
+            if provider is None or who is None or provider in who:
+                found = sha
         return found
 
     @classmethod
     def of(cls, history: Any, harness: Any = None) -> History:
         """From the two files' parsed JSON (shapes in the module doc; a list of commit objects
-        or a sha-keyed object are both read, with or without a top-level `commits` key)."""
-        return cls(_commits(history), _harness(harness))
+        or a sha-keyed object are both read, with or without a top-level `commits` key). A
+        revision given as `{"sha": ..., "providers": [...]}` touches only those providers."""
+        return cls(_commits(history), _harness(harness), _harness_providers(harness))
 
 
 def _commits(data: Any) -> dict[str, Commit]:
@@ -128,6 +138,21 @@ def _harness(data: Any) -> dict[str, list[str]]:
     return out
 
 
+def _harness_providers(data: Any) -> dict[str, dict[str, frozenset[str]]]:
+    if isinstance(data, Mapping) and "kernels" in data:
+        data = data["kernels"]
+    if not isinstance(data, Mapping):
+        return {}
+    out: dict[str, dict[str, frozenset[str]]] = {}
+    for kernel, revs in data.items():
+        if isinstance(revs, Mapping):
+            revs = revs.get("revisions", revs.get("commits", []))
+        for r in revs or []:
+            if isinstance(r, Mapping) and r.get("sha") and r.get("providers") is not None:
+                out.setdefault(str(kernel), {})[_short(str(r["sha"]))] = frozenset(r["providers"])
+    return out
+
+
 def from_catalog(history: Any, harness: Any) -> History:
     """The analysis' view of `kindex_etl.catalog.history`'s `History` and `Harness` (the
     generated catalog): commits by short sha, release tags' commits, and each kernel name's
@@ -151,10 +176,12 @@ class _CatalogHistory(History):
             return None
         return self.commits.get(_short(release.sha))
 
-    def harness_revision(self, kernel_name: str | None, position: int | None) -> str | None:
+    def harness_revision(
+        self, kernel_name: str | None, position: int | None, provider: str | None = None
+    ) -> str | None:
         if kernel_name is None or position is None:
             return None
-        at = self.catalog_harness.revision_at(kernel_name, position)
+        at = self.catalog_harness.revision_at(kernel_name, position, provider)
         return None if at is None else _short(self.catalog_history.at(at).sha)
 
     @property

@@ -270,3 +270,190 @@ def test_packaged_harness_covers_the_written_kernel_names() -> None:
     # A formatted name is matched by its pattern.
     assert harness.revisions("dyt_beta=True")
     assert harness.revisions("fused_linear_grpo_loss_token")
+
+
+# ---------------------------------------------------------------- harness revisions per provider
+
+REF = """\
+import torch
+
+
+class RefLoss(torch.nn.Module):
+    def forward(self, x):
+        return (x * 2).sum()
+
+
+def test_ref():
+    assert RefLoss()(torch.ones(1)) == 2
+"""
+
+UPSTREAM_SCRIPT = """\
+import torch
+from utils import QUANTILES, run_benchmarks
+
+from liger_kernel.ops import LigerLoss
+
+
+class LigerWrap(torch.nn.Module):
+    def __init__(self, H):
+        super().__init__()
+        self.loss = LigerLoss(reduction="mean")
+
+    def forward(self, x):
+        return self.loss(x)
+
+
+def bench(input):
+    from test.chunked_loss.test_ref import RefLoss
+
+    provider = input.kernel_provider
+    x = torch.randn(input.x, 64)
+    liger_loss = LigerWrap(64)
+    ref_loss = RefLoss()
+
+    def fwd():
+        if provider == "liger":
+            return liger_loss(x)
+        elif provider == "torch":
+            return ref_loss(x)
+
+    return torch.quantile(fwd(), torch.tensor(QUANTILES))
+
+
+run_benchmarks(bench, kernel_name="loss", x_values=[1024], kernel_providers=["liger", "torch"])
+"""
+
+# #830's shape: an option plumbed through liger's wrapper (default None, forwarded), a wrapper
+# built with it, a new `elif` and a longer provider list. liger's own calls are unchanged.
+ADD_PROVIDER = (
+    UPSTREAM_SCRIPT.replace("def __init__(self, H):", "def __init__(self, H, accum=None):")
+    .replace('LigerLoss(reduction="mean")', 'LigerLoss(reduction="mean", accum=accum)')
+    .replace(
+        "    ref_loss = RefLoss()\n",
+        "    ref_loss = RefLoss()\n    liger_fp32 = LigerWrap(64, accum=torch.float32)\n",
+    )
+    .replace(
+        '        elif provider == "torch":',
+        '        elif provider == "liger-fp32":\n            return liger_fp32(x)\n'
+        '        elif provider == "torch":',
+    )
+    .replace('["liger", "torch"]', '["liger", "liger-fp32", "torch"]')
+)
+
+
+@pytest.fixture(scope="module")
+def per_provider(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    repo = Repo(tmp_path_factory.mktemp("liger-providers"))
+    shas = {
+        "created": repo.commit(
+            "a two-provider benchmark and the reference its torch provider times",
+            {
+                "benchmark/scripts/utils.py": UTILS,
+                "test/__init__.py": "",
+                "test/chunked_loss/__init__.py": "",
+                "test/chunked_loss/test_ref.py": REF,
+                "benchmark/scripts/benchmark_loss.py": UPSTREAM_SCRIPT,
+            },
+        ),
+        "added": repo.commit(
+            "a provider added", {"benchmark/scripts/benchmark_loss.py": ADD_PROVIDER}
+        ),
+        "reference": repo.commit(
+            "the test-tree reference changes",
+            {"test/chunked_loss/test_ref.py": REF.replace("(x * 2).sum()", "(x + x).sum()")},
+        ),
+        "liger": repo.commit(
+            "liger's branch changes",
+            {
+                "benchmark/scripts/benchmark_loss.py": ADD_PROVIDER.replace(
+                    "return liger_loss(x)", "return liger_loss(x.contiguous())"
+                )
+            },
+        ),
+        "shapes": repo.commit(
+            "the input shape every provider reads changes",
+            {
+                "benchmark/scripts/benchmark_loss.py": ADD_PROVIDER.replace(
+                    "return liger_loss(x)", "return liger_loss(x.contiguous())"
+                ).replace("torch.randn(input.x, 64)", "torch.randn(input.x, 128)")
+            },
+        ),
+    }
+    return repo.path, shas
+
+
+def test_harness_revisions_name_the_providers_whose_code_changed(
+    per_provider: tuple[Path, dict[str, str]], tmp_path: Path
+) -> None:
+    path, shas = per_provider
+    generate(path, tmp_path)
+    doc = json.loads((tmp_path / "harness.json").read_text())
+    revisions = doc["scripts"]["benchmark/scripts/benchmark_loss.py"]
+    assert (
+        [(r["sha"], r["providers"]) for r in revisions]
+        == [
+            (shas["created"][:7], None),
+            (shas["added"][:7], ["liger-fp32"]),  # adding a provider spares liger and torch
+            (shas["reference"][:7], ["torch"]),  # the reference only torch times
+            (shas["liger"][:7], ["liger"]),
+            (shas["shapes"][:7], None),  # shared code: every provider
+        ]
+    )
+    assert doc["kernels"]["loss"]["revisions"] == [0, 1, 2, 3, 4]
+    assert doc["kernels"]["loss"]["providers"] == {
+        "1": ["liger-fp32"],
+        "2": ["torch"],
+        "3": ["liger"],
+    }
+
+    harness = load_harness(tmp_path / "harness.json")
+    assert harness.revisions("loss") == [0, 1, 2, 3, 4]  # no provider: every revision
+    assert harness.revisions("loss", "liger") == [0, 3, 4]
+    assert harness.revisions("loss", "torch") == [0, 2, 4]
+    assert harness.between("loss", 0, 2, provider="liger") == []
+    assert harness.between("loss", 0, 2, provider="torch") == [2]
+    assert harness.revision_at("loss", 2, provider="liger") == 0
+    assert harness.revision_at("loss", 2) == 2
+    assert harness.touched("loss", 2) == frozenset({"torch"})
+    assert harness.touched("loss", 4) is None
+
+    from kindex_etl.extract.history import from_catalog
+
+    view = from_catalog(load_history(tmp_path / "history.json"), harness)
+    assert view.harness_revision("loss", 2, "liger") == shas["created"][:7]
+    assert view.harness_revision("loss", 2, "torch") == shas["reference"][:7]
+    assert view.harness_revision("loss", 2) == shas["reference"][:7]
+
+
+def test_plain_history_reads_revisions_per_provider() -> None:
+    from kindex_etl.extract.history import History
+
+    history = History.of(
+        [{"sha": "a" * 40, "position": 0}, {"sha": "b" * 40, "position": 1}],
+        {"loss": [{"sha": "a" * 40}, {"sha": "b" * 40, "providers": ["torch"]}]},
+    )
+    assert history.harness_revision("loss", 1, "liger") == "a" * 7
+    assert history.harness_revision("loss", 1, "torch") == "b" * 7
+    assert history.harness_revision("loss", 1) == "b" * 7
+
+
+def test_packaged_harness_splits_only_the_providers_upstream_changed() -> None:
+    """Issue 50's cases, as the committed harness.json (made from upstream's git) has them."""
+    harness = load_harness()
+    history = load_history()
+
+    def at(sha: str) -> int:
+        found = history.position(sha)
+        assert found is not None, sha
+        return found
+
+    # #830 added `liger-fp32-accum` to the script: liger's and huggingface's series go on.
+    flce = at("2845fe8")
+    assert harness.touched("fused_linear_cross_entropy", flce) == frozenset({"liger-fp32-accum"})
+    assert flce not in harness.revisions("fused_linear_cross_entropy", "liger")
+    assert flce in harness.revisions("fused_linear_cross_entropy")
+    # #862 and #974 changed the test-tree reference `HFJSDLoss`, which only `torch` times.
+    for sha in ("a089cd5", "33f7f48"):
+        assert harness.touched("distill_jsd_loss", at(sha)) == frozenset({"torch"}), sha
+        assert at(sha) not in harness.revisions("distill_jsd_loss", "liger")
+        assert at(sha) in harness.revisions("distill_jsd_loss", "torch")
