@@ -506,7 +506,14 @@ def touched_providers(before: Fingerprint | None, after: Fingerprint) -> list[st
     return None if everyone and everyone <= found else sorted(found)
 
 
-def build_harness(git: Git, commits: Sequence[Commit], repository: str) -> dict[str, Any]:
+def build_harness(
+    git: Git,
+    commits: Sequence[Commit],
+    repository: str,
+    runs: dict[str, list[tuple[int, tuple[str, ...], tuple[str, ...]]]] | None = None,
+) -> dict[str, Any]:
+    """harness.json's document; `runs`, where given, receives per script the (position,
+    kernel names, providers) of every revision (for `build_baselines`)."""
     harness = Harness(git)
     state: dict[str, tuple[Fingerprint, tuple[str, ...]]] = {}
     scripts: dict[str, list[dict[str, Any]]] = {}
@@ -530,6 +537,8 @@ def build_harness(git: Git, commits: Sequence[Commit], repository: str) -> dict[
                             "providers": None,
                         }
                     )
+                    if runs is not None:
+                        runs.setdefault(script, []).append((commit.position, (), ()))
                 continue
             module = harness.module(commit.sha, script)
             names = module.kernel_names if module is not None else ()
@@ -550,6 +559,14 @@ def build_harness(git: Git, commits: Sequence[Commit], repository: str) -> dict[
                 }
             )
             state[script] = (found, names)
+            if runs is not None:
+                split = module.split if module is not None else None
+                run = (
+                    tuple(p for p in split.providers if p not in split.runs_liger)
+                    if split is not None
+                    else ()
+                )
+                runs.setdefault(script, []).append((commit.position, tuple(names), run))
     # A file that matches the name but never writes a row (the shared sweep helper
     # `benchmark_model_configs.py`) is a dependency, not a benchmark.
     scripts = {s: revs for s, revs in scripts.items() if any(r["kernel_names"] for r in revs)}
@@ -588,6 +605,60 @@ def build_harness(git: Git, commits: Sequence[Commit], repository: str) -> dict[
     }
 
 
+# ---------------------------------------------------------------- baselines
+
+
+def is_liger_provider(provider: str) -> bool:
+    """Liger's own implementations by name (`liger`, `liger-fp32-accum`,
+    `liger_fused_add_rms_norm`, ...), as the analysis' `controls.is_liger` counts them. With
+    the providers whose own code calls `liger_kernel` (`Split.runs_liger`), these are not
+    baselines; every other provider a script runs is."""
+    return provider.startswith("liger")
+
+
+def build_baselines(
+    history: dict[str, Any],
+    runs: dict[str, list[tuple[int, tuple[str, ...], tuple[str, ...]]]],
+    repository: str,
+) -> dict[str, Any]:
+    """baselines.json: per kernel name and release tag, the providers other than liger's that
+    the kernel's script ran while the package reported that release (`runs` holds only the
+    providers that do not call `liger_kernel` in their own code).
+
+    Upstream stamps rows with the installed package's version, and main between two tags
+    still reports the older one, so a release's span runs from its tag's commit up to the next
+    tag's (exclusive): a script revision inside the span (dpo_loss's switch from `huggingface`
+    to `torch` in #1223, inside 0.8.0's span) adds its providers to that release. A release
+    whose tag is not on main's first-parent line has no span and no entry.
+    """
+    positions = sorted(
+        (r["position"], r["tag"]) for r in history["releases"] if r["position"] is not None
+    )
+    end = len(history["commits"])
+    kernels: dict[str, dict[str, list[str]]] = {}
+    for i, (start, tag) in enumerate(positions):
+        stop = positions[i + 1][0] if i + 1 < len(positions) else end
+        for revisions in runs.values():
+            # The script as it stood at the tag, then every revision inside the span.
+            current = [r for r in revisions if r[0] <= start][-1:]
+            inside = [r for r in revisions if start < r[0] < stop]
+            for _, names, providers in current + inside:
+                for name in names:
+                    found = kernels.setdefault(name, {}).setdefault(tag, [])
+                    found += [p for p in providers if not is_liger_provider(p) and p not in found]
+    return {
+        "format": FORMAT,
+        "source": {"repository": repository, "head": history["source"]["head"]},
+        # Releases in order, oldest first (a mapping would sort v0.5.10 before v0.5.2).
+        "kernels": {
+            name: [
+                {"release": tag, "baselines": by_tag[tag]} for _, tag in positions if tag in by_tag
+            ]
+            for name, by_tag in sorted(kernels.items())
+        },
+    }
+
+
 # ---------------------------------------------------------------- output
 
 
@@ -613,23 +684,27 @@ def dump(doc: dict[str, Any]) -> str:
 
 def generate(
     repo: Path, out: Path, ref: str = "main", repository: str = "linkedin/Liger-Kernel"
-) -> tuple[Path, Path]:
+) -> tuple[Path, Path, Path]:
     git = Git(repo)
+    runs: dict[str, list[tuple[int, tuple[str, ...], tuple[str, ...]]]] = {}
     try:
         history, commits = build_history(git, ref, repository)
-        harness = build_harness(git, commits, repository)
+        harness = build_harness(git, commits, repository, runs)
     finally:
         git.close()
+    baselines = build_baselines(history, runs, repository)
     out.mkdir(parents=True, exist_ok=True)
-    paths = out / "history.json", out / "harness.json"
+    paths = out / "history.json", out / "harness.json", out / "baselines.json"
     paths[0].write_text(dump(history))
     paths[1].write_text(dump(harness))
+    paths[2].write_text(dump(baselines))
     return paths
 
 
 def main(argv: Iterable[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Write kindex_etl/catalog/history.json and harness.json from a Liger-Kernel "
+        description="Write kindex_etl/catalog/history.json, harness.json and baselines.json from "
+        "a Liger-Kernel "
         "git checkout or bare mirror."
     )
     parser.add_argument("repo", type=Path, help="the checkout (or bare repository) to read")
