@@ -507,3 +507,62 @@ def test_packaged_baselines_resolve_names_that_embed_a_parameter() -> None:
     assert "torch" in baseline_for("dyt", "0.6.4")
     # benchmark_grpo_loss.py formats `fused_linear_grpo_loss_{type}`.
     assert baseline_for("fused_linear_grpo_loss_token", "0.8.1") == ("torch",)
+
+
+CONFIG_SCRIPT = """\
+from utils import run_benchmarks
+
+
+def bench(input):
+    T = input.extra_benchmark_config["T"]
+    return T * input.x
+
+
+run_benchmarks(
+    bench,
+    kernel_name="loss",
+    x_name="B",
+    x_values=[1],
+    extra_benchmark_configs=[{"T": 8, "mode": "forward", "dtype": "bf16"}],
+)
+"""
+
+
+def test_variants_drop_the_config_keys_a_release_script_never_reads(tmp_path: Path) -> None:
+    (tmp_path / "up").mkdir()
+    repo = Repo(tmp_path / "up")
+    repo.commit(
+        "mode is written, never read",
+        {"benchmark/scripts/utils.py": UTILS, "benchmark/scripts/benchmark_loss.py": CONFIG_SCRIPT},
+    )
+    repo.git("tag", "v0.1.0")
+    repo.commit("a comment-free no-op elsewhere", {"README.md": "x\n"})
+    repo.git("tag", "v0.2.0")
+    repo.commit(
+        "mode is read now",
+        {
+            "benchmark/scripts/benchmark_loss.py": CONFIG_SCRIPT.replace(
+                "    return T * input.x",
+                '    return T * input.x * (2 if input.extra_benchmark_config["mode"] else 1)',
+            )
+        },
+    )
+    repo.git("tag", "v0.3.0")
+    opaque = CONFIG_SCRIPT.replace(
+        "return T * input.x", "return T * len(input.extra_benchmark_config)"
+    )
+    repo.commit("the whole config is handed on", {"benchmark/scripts/benchmark_loss.py": opaque})
+    repo.git("tag", "v0.4.0")
+    generate(repo.path, tmp_path / "out")
+    doc = json.loads((tmp_path / "out" / "variants.json").read_text())
+    assert doc["variants"] == [
+        {
+            "id": "derived:loss/B:0.1.0-0.2.0",
+            "kernels": ["loss"],
+            "x_name": "B",
+            "keys": ["T", "dtype", "mode"],
+            "dead": ["mode"],
+            "versions": ">=0.1.0,<=0.2.0",
+            "evidence": ["v0.2.0:benchmark/scripts/benchmark_loss.py"],
+        }
+    ]
