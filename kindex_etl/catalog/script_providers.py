@@ -25,6 +25,10 @@ executes upstream code; it reads the syntax tree the way a reviewer reads a diff
   (`f(..., accum_dtype=accum_dtype)`) is dropped with those keywords. A caller that does not
   pass it forwards `None`, as it forwarded nothing before; a caller that passes it shows the
   value in its own (owned) code.
+
+What this cannot see: effects that cross providers without a name, such as a provider-only
+module built (and its weights drawn from the random generator) before the shared inputs are
+drawn. Those change input values, not shapes or code, and are not counted.
 """
 
 from __future__ import annotations
@@ -338,7 +342,7 @@ def split(tree: ast.Module) -> Split:
     for provider, names in bindings.items():
         if provider != "shared":
             owned.setdefault(provider, []).extend(sorted(names))
-    tree_for_liger = _LigerUse(tree, region, owner_of)
+    tree_for_liger = _LigerUse(tree, owner_of)
     shared = _blank(tree, chains, lists, region)
     text = ast.dump(shared) + "\n" + "\n".join(sorted(bindings.get("shared", ())))
     return Split(tuple(providers), text, owned, loads, _runs_liger(tree_for_liger, providers))
@@ -348,7 +352,7 @@ class _LigerUse:
     """What `_runs_liger` needs, taken before `_blank` rewrites the tree: the names bound by
     imports from `liger_kernel`, and per provider the names its own regions load."""
 
-    def __init__(self, tree: ast.Module, region: dict[int, frozenset[str]], owner_of: Any):
+    def __init__(self, tree: ast.Module, owner_of: Any) -> None:
         self.liger_names = {
             (alias.asname or alias.name).split(".")[0]
             for node in ast.walk(tree)
