@@ -23,7 +23,9 @@ from kindex_etl.contracts.versions import parse_version
 
 _SEPARATORS = (" ", "-", "_")
 # Every file whose content can move an identity: all of them enter the catalog version.
-CATALOG_FILES = ("gpus.json", "kernels.json", "workloads.json", "protocols.json")
+# variants.json is generated from upstream's scripts (`upstream_git.build_variants`); it moves
+# identities, so it is part of the catalog version like the hand-kept files.
+CATALOG_FILES = ("gpus.json", "kernels.json", "workloads.json", "protocols.json", "variants.json")
 
 
 @dataclass(frozen=True)
@@ -276,7 +278,8 @@ def load_catalog(override_dir: str | Path | None = None) -> Catalog:
                 bounds=frozenset(entry.get("bounds", ())),
                 dead=frozenset(entry.get("dead", ())),
             )
-            for entry in workloads["variants"]
+            # The hand rules first: where both match a row, the one with cited lines wins.
+            for entry in [*workloads["variants"], *files["variants.json"]["variants"]]
         ),
         protocol_variants=tuple(
             ProtocolVariant(

@@ -25,6 +25,10 @@ executes upstream code; it reads the syntax tree the way a reviewer reads a diff
   (`f(..., accum_dtype=accum_dtype)`) is dropped with those keywords. A caller that does not
   pass it forwards `None`, as it forwarded nothing before; a caller that passes it shows the
   value in its own (owned) code.
+
+What this cannot see: effects that cross providers without a name, such as a provider-only
+module built (and its weights drawn from the random generator) before the shared inputs are
+drawn. Those change input values, not shapes or code, and are not counted.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import ast
 import copy
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 Owners = frozenset[str] | None  # None: every provider (shared code)
 PROVIDER_LISTS = frozenset({"kernel_providers", "providers"})
@@ -173,6 +178,10 @@ class Split:
     owned: dict[str, list[str]] = field(default_factory=dict)  # provider -> dumps, in order
     # Names the script loads (imports, mostly) -> the providers whose code loads them.
     loads: dict[str, Owners] = field(default_factory=dict)
+    # Providers that run Liger's own code under another name: their own code (not code they
+    # share with others) uses a name imported from `liger_kernel` (`cutedsl-sm90` calls
+    # `liger_kernel.ops.cutedsl...`). Such a provider is no baseline.
+    runs_liger: tuple[str, ...] = ()
 
 
 def _bound_names(stmt: ast.stmt) -> set[str]:
@@ -333,9 +342,38 @@ def split(tree: ast.Module) -> Split:
     for provider, names in bindings.items():
         if provider != "shared":
             owned.setdefault(provider, []).extend(sorted(names))
+    tree_for_liger = _LigerUse(tree, owner_of)
     shared = _blank(tree, chains, lists, region)
     text = ast.dump(shared) + "\n" + "\n".join(sorted(bindings.get("shared", ())))
-    return Split(tuple(providers), text, owned, loads)
+    return Split(tuple(providers), text, owned, loads, _runs_liger(tree_for_liger, providers))
+
+
+class _LigerUse:
+    """What `_runs_liger` needs, taken before `_blank` rewrites the tree: the names bound by
+    imports from `liger_kernel`, and per provider the names its own regions load."""
+
+    def __init__(self, tree: ast.Module, owner_of: Any) -> None:
+        self.liger_names = {
+            (alias.asname or alias.name).split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom | ast.Import)
+            for alias in node.names
+            if (
+                (node.module or "").split(".")[0] == "liger_kernel"
+                if isinstance(node, ast.ImportFrom)
+                else alias.name.split(".")[0] == "liger_kernel"
+            )
+        }
+        self.single_owner_loads: dict[str, set[str]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                who = owner_of(node)
+                if who is not None and len(who) == 1:
+                    self.single_owner_loads.setdefault(next(iter(who)), set()).add(node.id)
+
+
+def _runs_liger(use: _LigerUse, providers: Iterable[str]) -> tuple[str, ...]:
+    return tuple(p for p in providers if use.single_owner_loads.get(p, set()) & use.liger_names)
 
 
 def _blank(

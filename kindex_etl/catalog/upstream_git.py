@@ -1,4 +1,5 @@
-"""Build `history.json` and `harness.json` from a Liger-Kernel git checkout or bare mirror.
+"""Build `history.json`, `harness.json`, `baselines.json` and `variants.json` from a
+Liger-Kernel git checkout or bare mirror.
 
 Both files are derived from upstream's git history only (shas, dates, paths, tags, and which
 definitions changed), never copied code, and the same repository head gives byte-identical
@@ -73,6 +74,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from .script_configs import Config, dead_keys, read_keys
 from .script_providers import Owners, Split
 from .script_providers import split as split_providers
 
@@ -273,6 +275,10 @@ class Module:
     # Benchmark scripts only: the code split by provider (`script_providers`); None where the
     # file does not parse (then every revision touches every provider).
     split: Split | None = None
+    # Constant keys the file reads from a mapping (`script_configs.read_keys`), and for a
+    # script each config it writes with the keys the script itself never reads.
+    read_keys: frozenset[str] = frozenset()
+    unread: tuple[tuple[Config, frozenset[str]], ...] = ()
 
 
 def _kernel_name(node: ast.expr) -> str | None:
@@ -341,8 +347,10 @@ def parse_module(path: str, source: bytes) -> Module:
         # Unparseable here (other Python syntax): the text stands for all of it.
         return Module(path, hashlib.sha256(source).hexdigest()[:16])
     module = Module(path, _code_digest(copy.deepcopy(tree)), kernel_names=_kernel_names(tree))
+    module.read_keys = read_keys(tree)
     if SCRIPT.match(path):
         module.split = split_providers(tree)
+        module.unread = tuple(dead_keys(tree))
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             for alias in node.names:
@@ -472,6 +480,18 @@ class Harness:
 
 
 @dataclass(frozen=True)
+class ScriptState:
+    """A benchmark script as it stood from one of its revisions on: the kernel names it
+    writes, the providers it runs other than Liger's own code, and per config it writes the
+    keys nothing reads. A deletion has none of them."""
+
+    position: int
+    kernel_names: tuple[str, ...] = ()
+    providers: tuple[str, ...] = ()
+    dead: tuple[tuple[Config, frozenset[str]], ...] = ()
+
+
+@dataclass(frozen=True)
 class Fingerprint:
     parts: dict[str, str]  # "script" or "path:name" -> digest: what counts as a revision
     files: set[str]
@@ -506,7 +526,14 @@ def touched_providers(before: Fingerprint | None, after: Fingerprint) -> list[st
     return None if everyone and everyone <= found else sorted(found)
 
 
-def build_harness(git: Git, commits: Sequence[Commit], repository: str) -> dict[str, Any]:
+def build_harness(
+    git: Git,
+    commits: Sequence[Commit],
+    repository: str,
+    runs: dict[str, list[ScriptState]] | None = None,
+) -> dict[str, Any]:
+    """harness.json's document; `runs`, where given, receives per script its state at every
+    revision (for `build_baselines` and `build_variants`)."""
     harness = Harness(git)
     state: dict[str, tuple[Fingerprint, tuple[str, ...]]] = {}
     scripts: dict[str, list[dict[str, Any]]] = {}
@@ -530,6 +557,8 @@ def build_harness(git: Git, commits: Sequence[Commit], repository: str) -> dict[
                             "providers": None,
                         }
                     )
+                    if runs is not None:
+                        runs.setdefault(script, []).append(ScriptState(commit.position))
                 continue
             module = harness.module(commit.sha, script)
             names = module.kernel_names if module is not None else ()
@@ -550,6 +579,26 @@ def build_harness(git: Git, commits: Sequence[Commit], repository: str) -> dict[
                 }
             )
             state[script] = (found, names)
+            if runs is not None:
+                split = module.split if module is not None else None
+                run = (
+                    tuple(p for p in split.providers if p not in split.runs_liger)
+                    if split is not None
+                    else ()
+                )
+                # A key a helper the script imports reads (the sweep helper's `bsz`) is read.
+                helpers: set[str] = set()
+                for path in found.files - {script}:
+                    helper = harness.module(commit.sha, path)
+                    if helper is not None:
+                        helpers |= helper.read_keys
+                dead = tuple(
+                    (config, unread - helpers)
+                    for config, unread in (module.unread if module is not None else ())
+                )
+                runs.setdefault(script, []).append(
+                    ScriptState(commit.position, tuple(names), run, dead)
+                )
     # A file that matches the name but never writes a row (the shared sweep helper
     # `benchmark_model_configs.py`) is a dependency, not a benchmark.
     scripts = {s: revs for s, revs in scripts.items() if any(r["kernel_names"] for r in revs)}
@@ -588,6 +637,143 @@ def build_harness(git: Git, commits: Sequence[Commit], repository: str) -> dict[
     }
 
 
+# ---------------------------------------------------------------- baselines
+
+
+def is_liger_provider(provider: str) -> bool:
+    """Liger's own implementations by name (`liger`, `liger-fp32-accum`,
+    `liger_fused_add_rms_norm`, ...), as the analysis' `controls.is_liger` counts them. With
+    the providers whose own code calls `liger_kernel` (`Split.runs_liger`), these are not
+    baselines; every other provider a script runs is."""
+    return provider.startswith("liger")
+
+
+def _spans(history: dict[str, Any]) -> list[tuple[int, int, str]]:
+    """(first, last + 1, tag) of each release whose tag is on main's first-parent line: the
+    positions whose package reports that release (main between two tags reports the older)."""
+    positions = sorted(
+        (r["position"], r["tag"]) for r in history["releases"] if r["position"] is not None
+    )
+    end = len(history["commits"])
+    return [
+        (start, positions[i + 1][0] if i + 1 < len(positions) else end, tag)
+        for i, (start, tag) in enumerate(positions)
+    ]
+
+
+def _states_in(revisions: Sequence[ScriptState], start: int, stop: int) -> list[ScriptState]:
+    """The script as it stood at `start`, then every revision inside the span."""
+    current = [r for r in revisions if r.position <= start][-1:]
+    return current + [r for r in revisions if start < r.position < stop]
+
+
+def build_baselines(
+    history: dict[str, Any], runs: dict[str, list[ScriptState]], repository: str
+) -> dict[str, Any]:
+    """baselines.json: per kernel name and release tag, the providers other than liger's that
+    the kernel's script ran while the package reported that release (`runs` holds only the
+    providers that do not call `liger_kernel` in their own code).
+
+    Upstream stamps rows with the installed package's version, and main between two tags
+    still reports the older one, so a release's span runs from its tag's commit up to the next
+    tag's (exclusive): a script revision inside the span (dpo_loss's switch from `huggingface`
+    to `torch` in #1223, inside 0.8.0's span) adds its providers to that release. A release
+    whose tag is not on main's first-parent line has no span and no entry.
+    """
+    spans = _spans(history)
+    kernels: dict[str, dict[str, list[str]]] = {}
+    for start, stop, tag in spans:
+        for revisions in runs.values():
+            for state in _states_in(revisions, start, stop):
+                for name in state.kernel_names:
+                    found = kernels.setdefault(name, {}).setdefault(tag, [])
+                    found += [
+                        p for p in state.providers if not is_liger_provider(p) and p not in found
+                    ]
+    return {
+        "format": FORMAT,
+        "source": {"repository": repository, "head": history["source"]["head"]},
+        # Releases in order, oldest first (a mapping would sort v0.5.10 before v0.5.2).
+        "kernels": {
+            name: [
+                {"release": tag, "baselines": by_tag[tag]} for _, _, tag in spans if tag in by_tag
+            ]
+            for name, by_tag in sorted(kernels.items())
+        },
+    }
+
+
+def build_variants(
+    history: dict[str, Any], runs: dict[str, list[ScriptState]], repository: str
+) -> dict[str, Any]:
+    """variants.json: workload variant rules for the config keys a release's script writes
+    and nothing reads (`script_configs`), one rule per kernel name, x name, exact key set and
+    dead keys over consecutive releases, in `workloads.json`'s variant format.
+
+    A key is dead for a release when every state of the script in the release's span (as in
+    `build_baselines`) that writes that config leaves it unread. Only plain kernel names (not
+    a formatted `*` pattern) get rules. `load_catalog` appends them after `workloads.json`'s
+    own rules, so a hand rule for the same rows wins.
+    """
+    spans = _spans(history)
+    order = {tag: i for i, (_, _, tag) in enumerate(spans)}
+    # (kernel, x name, keys) -> release -> (dead keys, evidence paths)
+    found: dict[tuple[str, str, frozenset[str]], dict[str, tuple[frozenset[str], set[str]]]] = {}
+    for script, revisions in sorted(runs.items()):
+        for start, stop, tag in spans:
+            for state in _states_in(revisions, start, stop):
+                plain = [n for n in state.kernel_names if "*" not in n]
+                for config, dead in state.dead:
+                    names = [config.kernel_name] if config.kernel_name else plain
+                    if config.x_name is None:
+                        continue
+                    for name in names:
+                        if name is None or "*" in name:
+                            continue
+                        key = (name, config.x_name, config.keys)
+                        held = found.setdefault(key, {}).get(tag)
+                        if held is None:
+                            found[key][tag] = (dead, {script})
+                        else:
+                            found[key][tag] = (held[0] & dead, held[1] | {script})
+    variants: list[dict[str, Any]] = []
+    for (name, x_name, keys), by_tag in sorted(
+        found.items(), key=lambda kv: (kv[0][0], kv[0][1], sorted(kv[0][2]))
+    ):
+        tags = sorted(by_tag, key=order.__getitem__)
+        run: list[str] = []
+        for tag in [*tags, ""]:
+            same = (
+                run
+                and tag
+                and order[tag] == order[run[-1]] + 1
+                and by_tag[tag][0] == by_tag[run[0]][0]
+            )
+            if same:
+                run.append(tag)
+                continue
+            if run and by_tag[run[0]][0]:
+                dead = by_tag[run[0]][0]
+                first, last = run[0].removeprefix("v"), run[-1].removeprefix("v")
+                variants.append(
+                    {
+                        "id": f"derived:{name}/{x_name}:{first}-{last}",
+                        "kernels": [name],
+                        "x_name": x_name,
+                        "keys": sorted(keys),
+                        "dead": sorted(dead),
+                        "versions": f">={first},<={last}",
+                        "evidence": sorted(f"{run[-1]}:{path}" for path in by_tag[run[-1]][1]),
+                    }
+                )
+            run = [tag] if tag else []
+    return {
+        "format": FORMAT,
+        "source": {"repository": repository, "head": history["source"]["head"]},
+        "variants": variants,
+    }
+
+
 # ---------------------------------------------------------------- output
 
 
@@ -613,23 +799,32 @@ def dump(doc: dict[str, Any]) -> str:
 
 def generate(
     repo: Path, out: Path, ref: str = "main", repository: str = "linkedin/Liger-Kernel"
-) -> tuple[Path, Path]:
+) -> tuple[Path, ...]:
     git = Git(repo)
+    runs: dict[str, list[ScriptState]] = {}
     try:
         history, commits = build_history(git, ref, repository)
-        harness = build_harness(git, commits, repository)
+        harness = build_harness(git, commits, repository, runs)
     finally:
         git.close()
+    docs = {
+        "history.json": history,
+        "harness.json": harness,
+        "baselines.json": build_baselines(history, runs, repository),
+        "variants.json": build_variants(history, runs, repository),
+    }
     out.mkdir(parents=True, exist_ok=True)
-    paths = out / "history.json", out / "harness.json"
-    paths[0].write_text(dump(history))
-    paths[1].write_text(dump(harness))
-    return paths
+    paths = []
+    for name, doc in docs.items():
+        (out / name).write_text(dump(doc))
+        paths.append(out / name)
+    return tuple(paths)
 
 
 def main(argv: Iterable[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Write kindex_etl/catalog/history.json and harness.json from a Liger-Kernel "
+        description="Write kindex_etl/catalog/history.json, harness.json, baselines.json and "
+        "variants.json from a Liger-Kernel "
         "git checkout or bare mirror."
     )
     parser.add_argument("repo", type=Path, help="the checkout (or bare repository) to read")

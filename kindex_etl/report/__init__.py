@@ -32,6 +32,7 @@ from ..analysis.calibration import STEPS, Calibration
 from ..analysis.compare import compare_baseline
 from ..analysis.series import version_order
 from ..analysis.spill import PointSpill, read_ipc
+from ..catalog.baselines import release_baselines
 from ..load import layout
 from ..storage import ObjectStore
 from ..workers import Workers
@@ -286,7 +287,14 @@ def kernel_part(
             if when:
                 dates[key] = when
     ctx.dates.update(dates)
-    speedups = compare_baseline(frame, min_effect=min_effect)
+    # Liger against the baselines its script ran at each release (dpo_loss: `huggingface`
+    # until #1223, `torch` after), not one provider for every release.
+    every, at_release = release_baselines()
+    speedups = [
+        r
+        for r in compare_baseline(frame, catalog=every, min_effect=min_effect)
+        if r["baseline"] in at_release(text(r["kernel"]), text(r["liger_version"]))
+    ]
     page_html = kernel_page(
         kernel, frame, changes, speedups, ctx, plotly=plotly, min_effect=min_effect
     )

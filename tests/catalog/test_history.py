@@ -243,7 +243,7 @@ def test_generator_is_reproducible(
     assert main([str(repo.path), "--out", str(tmp_path / "a")]) == 0
     assert main([str(bare), "--out", str(tmp_path / "b")]) == 0
     assert "history.json" in capsys.readouterr().out
-    for name in ("history.json", "harness.json"):
+    for name in ("history.json", "harness.json", "baselines.json"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
@@ -457,3 +457,112 @@ def test_packaged_harness_splits_only_the_providers_upstream_changed() -> None:
         assert harness.touched("distill_jsd_loss", at(sha)) == frozenset({"torch"}), sha
         assert at(sha) not in harness.revisions("distill_jsd_loss", "liger")
         assert at(sha) in harness.revisions("distill_jsd_loss", "torch")
+
+
+def test_baselines_per_release_come_from_each_release_script(tmp_path: Path) -> None:
+    """A release's baselines are the non-liger providers its script ran from its tag to the
+    next tag (main still reports the older version there)."""
+    (tmp_path / "up").mkdir()
+    repo = Repo(tmp_path / "up")
+    hf = UPSTREAM_SCRIPT.replace('"torch"', '"huggingface"')
+    repo.commit(
+        "huggingface as the baseline",
+        {
+            "benchmark/scripts/utils.py": UTILS,
+            "test/__init__.py": "",
+            "test/chunked_loss/__init__.py": "",
+            "test/chunked_loss/test_ref.py": REF,
+            "benchmark/scripts/benchmark_loss.py": hf.replace(
+                '["liger", "huggingface"]', '["liger", "liger-fp32", "huggingface"]'
+            ),
+        },
+    )
+    repo.git("tag", "v0.1.0")
+    repo.commit("torch instead", {"benchmark/scripts/benchmark_loss.py": UPSTREAM_SCRIPT})
+    repo.commit("unrelated", {"README.md": "x\n"})
+    repo.git("tag", "v0.2.0")
+    generate(repo.path, tmp_path / "out")
+    doc = json.loads((tmp_path / "out" / "baselines.json").read_text())
+    assert doc["kernels"]["loss"] == [
+        {"release": "v0.1.0", "baselines": ["huggingface", "torch"]},
+        {"release": "v0.2.0", "baselines": ["torch"]},
+    ]
+
+    from kindex_etl.catalog.baselines import load_baselines
+
+    baselines = load_baselines(tmp_path / "out" / "baselines.json")
+    assert baselines.for_release("loss", "0.1.0") == ("huggingface", "torch")
+    assert baselines.for_release("loss", "0.2.0") == ("torch",)
+    assert baselines.for_release("loss", "0.3.1") == ("torch",)  # newer: the last release's
+    assert baselines.for_release("loss", "0.0.9") == ("huggingface", "torch")  # older: first
+    assert baselines.ever("loss") == ("huggingface", "torch")
+    # A kernel the file does not know: kernels.json's hand-kept baseline.
+    assert baselines.for_release("megatron_cross_entropy", "0.8.1") == ("megatron-fused",)
+
+
+def test_packaged_baselines_resolve_names_that_embed_a_parameter() -> None:
+    from kindex_etl.catalog.baselines import baseline_for
+
+    # benchmark_dyt.py wrote `dyt_beta=True` / `dyt_beta=False` (v0.5.10-v0.8.0): kernel `dyt`.
+    assert "torch" in baseline_for("dyt", "0.6.4")
+    # benchmark_grpo_loss.py formats `fused_linear_grpo_loss_{type}`.
+    assert baseline_for("fused_linear_grpo_loss_token", "0.8.1") == ("torch",)
+
+
+CONFIG_SCRIPT = """\
+from utils import run_benchmarks
+
+
+def bench(input):
+    T = input.extra_benchmark_config["T"]
+    return T * input.x
+
+
+run_benchmarks(
+    bench,
+    kernel_name="loss",
+    x_name="B",
+    x_values=[1],
+    extra_benchmark_configs=[{"T": 8, "mode": "forward", "dtype": "bf16"}],
+)
+"""
+
+
+def test_variants_drop_the_config_keys_a_release_script_never_reads(tmp_path: Path) -> None:
+    (tmp_path / "up").mkdir()
+    repo = Repo(tmp_path / "up")
+    repo.commit(
+        "mode is written, never read",
+        {"benchmark/scripts/utils.py": UTILS, "benchmark/scripts/benchmark_loss.py": CONFIG_SCRIPT},
+    )
+    repo.git("tag", "v0.1.0")
+    repo.commit("a comment-free no-op elsewhere", {"README.md": "x\n"})
+    repo.git("tag", "v0.2.0")
+    repo.commit(
+        "mode is read now",
+        {
+            "benchmark/scripts/benchmark_loss.py": CONFIG_SCRIPT.replace(
+                "    return T * input.x",
+                '    return T * input.x * (2 if input.extra_benchmark_config["mode"] else 1)',
+            )
+        },
+    )
+    repo.git("tag", "v0.3.0")
+    opaque = CONFIG_SCRIPT.replace(
+        "return T * input.x", "return T * len(input.extra_benchmark_config)"
+    )
+    repo.commit("the whole config is handed on", {"benchmark/scripts/benchmark_loss.py": opaque})
+    repo.git("tag", "v0.4.0")
+    generate(repo.path, tmp_path / "out")
+    doc = json.loads((tmp_path / "out" / "variants.json").read_text())
+    assert doc["variants"] == [
+        {
+            "id": "derived:loss/B:0.1.0-0.2.0",
+            "kernels": ["loss"],
+            "x_name": "B",
+            "keys": ["T", "dtype", "mode"],
+            "dead": ["mode"],
+            "versions": ">=0.1.0,<=0.2.0",
+            "evidence": ["v0.2.0:benchmark/scripts/benchmark_loss.py"],
+        }
+    ]

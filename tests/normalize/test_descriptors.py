@@ -458,3 +458,42 @@ def test_the_first_failed_check_names_the_field(fields: dict[str, str], detail: 
     with pytest.raises(Rejected) as raised:
         resolver.resolve(key)
     assert raised.value.detail == detail
+
+
+# The loss scripts up to v0.7.0 wrote `"mode": "forward"` into every config and read
+# `input.kernel_operation_mode` instead (v0.7.0/scripts/benchmark_dpo_loss.py:26-32,75-83,
+# 145-158). The catalog command derives the rule from upstream's scripts (variants.json).
+DPO_CONFIG = {
+    "T": 512, "H": 1024, "V": 128256, "dtype": BF16, "bias": True, "beta": 0.1,
+    "ignore_index": 42,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("version", ["0.5.10", "0.6.4", "0.7.0"])
+def test_dpo_loss_dead_mode_key_does_not_split_its_workload(version: str) -> None:
+    with_mode = resolve(
+        upstream("dpo_loss", "B", 8, {**DPO_CONFIG, "mode": "forward"}, version=version)
+    )
+    without = resolve(upstream("dpo_loss", "B", 8, DPO_CONFIG, version=version))
+    assert with_mode.variant is not None and with_mode.variant.startswith("derived:dpo_loss/B")
+    assert "mode" not in parameters(with_mode)
+    assert with_mode.workload_digest == without.workload_digest
+    assert with_mode.workload_slug == without.workload_slug
+    assert json.loads(with_mode.key.config)["mode"] == "forward"  # the raw text is kept
+
+
+def test_a_derived_dead_key_rule_holds_only_for_the_releases_that_never_read_it() -> None:
+    # No script after v0.7.0 writes the key: a row that says otherwise keeps it, visibly.
+    later = resolve(
+        upstream("dpo_loss", "B", 8, {**DPO_CONFIG, "mode": "forward"}, version="0.8.1")
+    )
+    assert later.variant is None and parameters(later)["mode"] == "forward"
+
+
+def test_derived_variants_come_after_the_hand_rules() -> None:
+    ids = [v.id for v in default_catalog().variants]
+    derived = [i for i in ids if i.startswith("derived:")]
+    assert derived and ids[-len(derived) :] == derived
+    # A hand rule with cited lines still names the rows both match.
+    kto = resolve(upstream("kto_loss", "B", 8, {**DPO_CONFIG, "mode": "forward"}, version="0.6.4"))
+    assert kto.variant == "kto_loss/B-mode"
