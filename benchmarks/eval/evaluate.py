@@ -309,7 +309,7 @@ class Scorer:
             return "contributed"
         kernel, metric, mode = row["kernel"], row["metric"], row["operation_mode"]
         if span is not None and (
-            self.harness.between(kernel, span[0], span[1])
+            self.harness.between(kernel, span[0], span[1], provider=row["provider"])
             or any(
                 e.kind == "harness" and e.covers(kernel, metric, mode) and inside(e.position, span)
                 for e in self.events

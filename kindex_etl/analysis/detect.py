@@ -422,6 +422,7 @@ def _columns(table: pa.Table, names: tuple[str, ...]) -> pa.Table:
 # and its position, the harness revision, the point's rank (comparable across the series of
 # one bucket).
 POINT_FIELDS = (
+    "kernel",
     "liger_version",
     "commit_sha",
     "commit_position",
@@ -543,9 +544,13 @@ class _Controls:
         b_ranks = [ranks[r0 + i] for i in before]
         a_ranks = [ranks[r0 + i] for i in after]
         levels: dict[tuple[str, int], dict[Any, float]] = {}
+        kernels = self.cols.point["kernel"]
+        liger = is_liger(kernels[r0], own)
         for t in self.siblings.get(s, []):
             t0, _ = self.p.releases(t)
-            if providers[t0] == own:
+            # A variant of Liger's own code (`liger-fp32-accum`, `liger_rms_norm` beside the
+            # fused kernel) is no baseline of liger's: a change to shared code moves it too.
+            if providers[t0] == own or (liger and is_liger(kernels[t0], providers[t0])):
                 continue
             # Without `across`, each part of a baseline's series stands alone.
             key = (providers[t0], -1 if across else t)

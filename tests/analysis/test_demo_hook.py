@@ -13,5 +13,5 @@ def test_demo_report_writes_the_report_and_returns_its_uri(tmp_path: Path) -> No
     uri = demo_report(wh)
     index = Path(wh) / "reports" / "index.html"
     assert uri == index.resolve().as_uri()
-    assert "changes: 1 alert." in index.read_text()
+    assert "changes: 1 alert;" in index.read_text()
     assert demo_report(wh) == uri  # again: nothing new to commit, same place
