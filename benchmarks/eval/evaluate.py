@@ -433,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="score an analysed warehouse as is")
     parser.add_argument("--events", type=Path, default=HERE / "events.json")
     parser.add_argument("--json", type=Path, help="write the full report here")
+    parser.add_argument(
+        "--split-at",
+        type=int,
+        help="also score the history in two parts: changes and events at or before this "
+        "commit position, and after it (the detector's thresholds are not fitted to either)",
+    )
     args = parser.parse_args(argv)
     history, harness = load_history(), load_harness()
     events = load_events(args.events, history)
@@ -447,9 +453,20 @@ def main(argv: list[str] | None = None) -> int:
     report = Scorer(events, history, harness).score(rows, runs)
     report["timings"] = timings
     report["events"] = {k: v for k, v in Counter(e.kind for e in events).items()}
+    print(markdown(report))
+    if args.split_at is not None:
+        report["parts"] = {}
+        for name, keep in (
+            (f"at or before {args.split_at}", lambda p: p is not None and p <= args.split_at),
+            (f"after {args.split_at}", lambda p: p is not None and p > args.split_at),
+        ):
+            part_rows = [r for r in rows if keep(r.get("after_position"))]
+            part_events = [e for e in events if e.kind != "code" or keep(e.position)]
+            part = Scorer(part_events, history, harness).score(part_rows, runs)
+            report["parts"][name] = part["variants"]
+            print(f"\n{name}:\n{markdown(part)}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
-    print(markdown(report))
     print(json.dumps({"states": report["states"], "timings": timings.get("ingest_s")}))
     return 0
 
