@@ -165,6 +165,9 @@ def retractions(
     a reprocess, or more runs at the same commits, a reader taking each change's latest row
     went on seeing alerts that no analysis stands behind any more."""
     seen = {r["change_id"] for r in found}
+    by_series: dict[str, list[dict[str, Any]]] = {}
+    for r in found:
+        by_series.setdefault(r["series_key"], []).append(r)
     # A row written by an analysis of a later commit than this one's is not this analysis's
     # to judge: it saw runs this one did not (a full analysis outlived by an hourly one).
     gone = {
@@ -185,9 +188,23 @@ def retractions(
             if _rank_of(row) == known[row["change_id"]].rank:
                 last[row["change_id"]] = row  # the current row (equal ranks: the later)
         for row in last.values():
-            rows.append({**row, "state": RETRACTED, "retracted_state": row["state"]})
+            why = _why_retracted(row, by_series.get(row["series_key"], ()), analysed_seq)
+            rows.append({**row, "state": RETRACTED, "retracted_state": row["state"],
+                         "evidence": why})  # fmt: skip
     rows.sort(key=lambda r: r["change_id"])
     return rows
+
+
+def _why_retracted(row: dict[str, Any], now: Sequence[dict[str, Any]], seq: int) -> str:
+    """Every retraction says why: where its series' step is now, or that it holds none."""
+    moved = [r for r in now if r["direction"] == row["direction"]]
+    if moved:
+        at = moved[0].get("after_commit") or moved[0].get("after_release")
+        why = f"the points since place this step at {at} (change {moved[0]['change_id']})"
+    else:
+        why = "its series holds no such step any more (the points since did not keep it)"
+    held = f"; it had been: {row['evidence']}" if row.get("evidence") else ""
+    return f"retracted by the analysis of warehouse commit {seq}: {why}{held}"
 
 
 def conformed(table: pa.Table) -> pa.Table:

@@ -173,6 +173,10 @@ def test_a_change_no_longer_found_is_retracted_once(tmp_path: Path) -> None:
     assert second.changes == [] and second.commit == 3
     (gone,) = second.retracted
     assert gone["retracted_state"] == "alert" and second.as_dict()["retracted"] == 1
+    # It says why, and what the change had been.
+    assert gone["evidence"].startswith("retracted by the analysis of warehouse commit")
+    assert "holds no such step any more" in gone["evidence"]
+    assert "it had been: " in gone["evidence"]
     assert _current(wh) == {alert["change_id"]: ("retracted", first.seq + 1)}
     ((ratio, after, ids),) = duckdb.sql(
         f"SELECT ratio, after_release, len(after_run_ids) FROM read_parquet('{wh}/regressions/"
