@@ -36,7 +36,14 @@ import pyarrow as pa
 
 from ..extract.history import History, default_history
 from .noise import FloatArray, NoiseModel, within_sigma
-from .rules import OPEN_STATES, ClassRule, SeriesEvidence, is_liger, judge_series
+from .rules import (
+    OPEN_STATES,
+    ClassRule,
+    SeriesEvidence,
+    is_liger,
+    judge_series,
+    unconfirmed,
+)
 
 IntArray = npt.NDArray[np.int64]
 Z95 = 1.959963984540054
@@ -305,12 +312,10 @@ def _changes_of(
             if abs(ratio - 1.0) < settings.memory_min_effect:
                 continue
             state = "alert" if v[i] > v[level] else "improvement"
-            # Rule 6 (`rules`): a new level held by fewer points than that, at the end of the
-            # series, is not announced yet.
             held = 1
             while i + held < len(v) and v[i + held] == v[i]:
                 held += 1
-            if i + held == len(v) and held < settings.memory_confirm_points:
+            if unconfirmed(held, i + held == len(v), settings.memory_confirm_points):
                 state = "pending"
             yield Change(
                 s, list(range(level, i)), [i], math.log(ratio), 0.0, math.inf, 0.0, True, state
@@ -325,7 +330,7 @@ def _changes_of(
         a, b = segments[i], segments[i + 1]
         delta, se, z = _test(y, a, b, sigma, resid)
         last = i + 1 == len(segments) - 1
-        if last and len(b.releases) < max(settings.persistence, settings.confirm_points):
+        if unconfirmed(len(b.releases), last, max(settings.persistence, settings.confirm_points)):
             state = "pending"
         else:
             state = "alert" if delta > 0 else "improvement"

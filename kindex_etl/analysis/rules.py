@@ -229,7 +229,7 @@ def judge_shared_step(
     return abs(off) <= rule.tolerance, said
 
 
-def confirmed(row: dict[str, Any], confirm_points: int, memory_confirm_points: int) -> bool:
-    """Rule 6: whether enough points after the change hold it for it to be announced."""
-    need = memory_confirm_points if row.get("metric") == "memory" else confirm_points
-    return (row.get("after_releases") or 0) >= need
+def unconfirmed(points_after: int, at_end: bool, need: int) -> bool:
+    """Rule 6: a new level at the end of its series, held by fewer than `need` points so far,
+    is `pending` (never announced) until more points hold it."""
+    return at_end and points_after < need
