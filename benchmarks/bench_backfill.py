@@ -37,6 +37,8 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_ingest import timed_command, write_upstream  # noqa: E402
 
+VARIANTS = ("sequential", "dask_local", "dask_cluster")
+
 
 def write_commits(
     upstream: Path, files: int, rows: int, data: str = "sample", sdist_dir: Path | None = None
@@ -104,6 +106,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the generated upstream")
     parser.add_argument("--data", choices=("sample", "realistic"), default="sample")
     parser.add_argument("--sdist-dir", default=None, help="liger-kernel sdists (realistic data)")
+    parser.add_argument(
+        "--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS), help="which to run"
+    )
     args = parser.parse_args()
 
     work = Path(args.workdir)
@@ -131,25 +136,26 @@ def main() -> None:
         n_workers=args.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
         dashboard_address="127.0.0.1:0",
     )  # fmt: skip
-    variants = {
+    every = {
         "sequential": {**base, "KINDEX_DASK_WORKERS": "0"},
         "dask_local": {**base, "KINDEX_DASK_WORKERS": str(args.workers)},
         "dask_cluster": {**base, "KINDEX_DASK_ADDRESS": cluster.scheduler_address},
     }
+    variants = {name: every[name] for name in VARIANTS if name in args.variants}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in variants}
     try:
         # Warm-up: starts the local Prefect server (every variant then finds it running),
         # and the existing cluster's workers import what their tasks need.
         tiny = work / "warm-upstream"
         write_commits(tiny, 1, 100)
-        backfill(tiny, work / "warm-warehouse", variants["dask_cluster"])
+        backfill(tiny, work / "warm-warehouse", every["dask_cluster"])
         for i in range(args.repeat):
             for name, env in variants.items():
                 result = backfill(upstream, work / f"warehouse-{name}", env)
                 runs[name].append(result)
                 print(json.dumps({"variant": name, **result}), flush=True)
-            if i == 0:
-                for name in ("dask_local", "dask_cluster"):
+            if i == 0 and "sequential" in variants:
+                for name in [v for v in variants if v != "sequential"]:
                     subprocess.run(
                         [sys.executable, str(REPO / "scripts" / "diff_warehouses.py"),
                          str(work / "warehouse-sequential"), str(work / f"warehouse-{name}")],
@@ -170,7 +176,8 @@ def main() -> None:
         "cpus": os.cpu_count(),
         **{f"{k}_s": round(v, 2) for k, v in med.items()},
     }
-    for name in ("dask_local", "dask_cluster"):
+    # Speed-ups are against the sequential run, when it ran.
+    for name in [v for v in med if v != "sequential" and "sequential" in med]:
         summary[f"speedup_{name}"] = round(med["sequential"] / med[name], 2)
         summary[f"pipeline_speedup_{name}"] = round(pipe["sequential"] / pipe[name], 2)
     print(json.dumps(summary))

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.realistic import sample_csv  # noqa: E402
 from kindex_etl.analysis.calibration import (  # noqa: E402
     STEPS,
     default_calibration,
@@ -43,7 +44,7 @@ from kindex_etl.analysis.calibration import (  # noqa: E402
 )
 from kindex_etl.storage import open_store  # noqa: E402
 
-SAMPLE = REPO.parent / "shared" / "upstream-sample" / "all_benchmark_data.csv"
+SAMPLE = sample_csv()
 PAIRS = [
     REPO / "tests/fixtures/h200_rerun_0.8.5/benchmark.csv",
     REPO / "tests/fixtures/h200_rerun_0.8.5/repeat/benchmark.csv",

@@ -25,10 +25,10 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_hourly import hourly_object, kindex
-from bench_ingest import timed_command
+from benchmarks.bench_hourly import hourly_object, kindex
+from benchmarks.bench_ingest import timed_command
 
 ENV = {**os.environ, "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
 

@@ -39,7 +39,10 @@ import pyarrow.compute as pc
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-SAMPLE = REPO.parent / "shared" / "upstream-sample" / "all_benchmark_data.csv"
+
+from benchmarks.realistic import sample_csv  # noqa: E402
+
+SAMPLE = sample_csv()
 
 QUERY = """
 SELECT kernel, provider, count(*) AS runs, median(value_median) AS median_ns

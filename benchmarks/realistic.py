@@ -4,9 +4,9 @@ Upstream's history is many benchmark sessions: one script run (a kernel, one con
 sweep, every provider, pass and metric) on one GPU for one release, its rows stamped a few
 seconds apart as the sweep advances. Each 80,000-row block here is ~1,700 such sessions over
 62 (kernel, x_name, config) shapes drawn from the real data files of the liger-kernel sdists
-(`benchmark/data/all_benchmark_data.csv`; the shared sample when none is given), each shape on
-three or four of the GPUs those files name, with configs changed between releases the way
-upstream changes them (one numeric value doubled), wider x sweeps in some sessions, and the
+(`benchmark/data/all_benchmark_data.csv`; upstream's sample when none is given, `sample_csv()`),
+each shape on three or four of the GPUs those files name, with configs changed between releases
+the way upstream changes them (one numeric value doubled), wider x sweeps in some sessions, and the
 measured values jittered per session. One session in six is one today's catalog holds back:
 a GPU it cannot place, or a kernel name with a parameter embedded (`dyt_beta=True`, as
 benchmark_dyt.py wrote it from 0.5.10 on).
@@ -20,9 +20,12 @@ metric, x, config, GPU) combinations, timestamps and shapes.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
+import os
 import re
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,7 +35,10 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO.parent / "shared" / "upstream-sample" / "all_benchmark_data.csv"
+# Upstream's real sample: beside the project where the shared folder is, else the copy the
+# tests keep (compressed), so that every benchmark also runs in a clone alone.
+SHARED_SAMPLE = REPO.parent / "shared" / "upstream-sample" / "all_benchmark_data.csv"
+SAMPLE_GZ = REPO / "tests" / "fixtures" / "upstream-sample" / "all_benchmark_data.csv.gz"
 BLOCK = 80_000
 SHAPES_PER_BLOCK = 62
 BLOCKS_PER_RELEASE = 4
@@ -55,6 +61,19 @@ def _read(data: bytes | Path) -> pa.Table:
     return table.select(list(UPSTREAM_COLUMNS))
 
 
+def sample_csv() -> Path:
+    """Upstream's sample as a plain CSV file (the shared one, else the tests' copy unpacked)."""
+    if SHARED_SAMPLE.is_file():
+        return SHARED_SAMPLE
+    data = gzip.decompress(SAMPLE_GZ.read_bytes())
+    out = Path(tempfile.gettempdir()) / f"kindex-upstream-sample-{len(data)}.csv"
+    if not out.is_file() or out.stat().st_size != len(data):
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(out)  # whole or not at all, for processes that start together
+    return out
+
+
 def real_rows(sdist_dir: Path | None) -> pa.Table:
     """Every row of the sdists' data files (or the shared sample), as upstream wrote it."""
     parts = []
@@ -66,7 +85,7 @@ def real_rows(sdist_dir: Path | None) -> pa.Table:
                     if fh is not None:
                         parts.append(_read(fh.read()))
     if not parts:
-        parts.append(_read(SAMPLE))
+        parts.append(_read(sample_csv()))
     return pa.concat_tables(parts)
 
 
@@ -226,7 +245,7 @@ def diversity(path: Path, rows: int = BLOCK) -> dict[str, int]:
     FROM (SELECT * FROM read_csv('{path}', all_varchar = true) LIMIT {rows})
     """
     names = ("combinations", "timestamps", "shapes", "held_back_shaped", "rows")
-    return dict(zip(names, duckdb.sql(q).fetchall()[0], strict=True))
+    return dict(zip(names, duckdb.execute(q).fetchall()[0], strict=True))
 
 
 def main() -> None:

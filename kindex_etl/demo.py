@@ -156,11 +156,13 @@ def compare(warehouse: Path) -> Comparison | None:
     """
     from deltalake import DeltaTable
 
-    runs = DeltaTable(str(warehouse / "benchmark_runs")).to_pandas(
+    # Through the pyarrow dataset: deltalake's to_pandas() goes through to_pyarrow_table(),
+    # which can abort the interpreter at exit (docs/reading.md).
+    runs = DeltaTable(str(warehouse / "benchmark_runs")).to_pyarrow_dataset().to_table(
         columns=["kernel", "provider", "gpu_name", "metric", "operation_mode", "known_kernel",
                  "liger_version", "release_key", "x_name", "x_value_number", "workload_digest",
                  "latency_ns_median"],
-    )  # fmt: skip
+    ).to_pandas()  # fmt: skip
     for column in ("kernel", "provider", "gpu_name", "liger_version", "x_name", "release_key"):
         runs[column] = runs[column].astype(str)
     speed = runs[(runs.metric == "speed") & (runs.operation_mode == "full") & runs.known_kernel]

@@ -164,6 +164,9 @@ def kernel_page(
     lines = [
         f"# {kernel}: liger-kernel {candidate} against {baseline} on the H200",
         "",
+        "*For: whoever weighs a liger release on our GPUs; one kernel's figures from the "
+        "campaign.*",
+        "",
         f"Campaigns {', '.join(sorted(mine['campaign'].unique()))}; "
         f"{len(speed)} speed runs, {int(mine['metric'].eq('memory').sum())} memory runs; "
         f"passes {', '.join(sorted(speed['operation_mode'].unique()))}. "
@@ -237,6 +240,8 @@ def kernel_page(
 def index_page(summaries: list[dict[str, object]], candidate: str, baseline: str) -> str:
     lines = [
         f"# liger-kernel {candidate} against {baseline} on the lent H200: the campaign",
+        "",
+        "*For: whoever weighs a liger release on our GPUs: the campaign's figures, per kernel.*",
         "",
         "Made by `scripts/campaign_report.py` from the warehouse that "
         "`tests/fixtures/h200_campaign_0.8.5_vs_0.8.4/upstream` ingests into (the test "

@@ -2,12 +2,16 @@
 and the same warehouse on S3 (moto's server on 127.0.0.1), and what each query returns is
 checked against the warehouse's files. Twice: at rest, and right after an ingest was killed in
 the middle of a publish, where the doc promises that Delta readers still see the previous state
-whole while a glob over the folder would see part of the newest batch."""
+whole while a glob over the folder would see part of the newest batch. The offline DuckDB recipe
+pins a DuckDB of its own: it runs in a virtual environment made for it."""
 
 from __future__ import annotations
 
-import re
+import ast
+import os
 import signal
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,7 @@ import pytest
 
 from kindex_etl import IngestOptions, ingest
 from kindex_etl.load import layout
+from tests.docs_blocks import blocks, runnable
 from tests.warehouse import (
     SEED_ROW,
     data_objects,
@@ -30,7 +35,6 @@ from tests.warehouse import (
 )
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "reading.md"
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 KEY_A = "benchmarks/aaaa111/benchmark.csv"
 KEY_B = "benchmarks/bbbb222-v0.8.1/benchmark.csv"
 CSV_A = synthetic_csv(["0.8.0"], day=1)
@@ -40,7 +44,7 @@ CSV_B = synthetic_csv(["0.8.0", "0.8.1"], day=2) + UNKNOWN_GPU_ROW.encode()
 
 
 def _blocks() -> list[str]:
-    return BLOCK.findall(DOC.read_text())
+    return runnable(DOC, "python")
 
 
 def _build(scenario: str, root: Path, bucket: str, s3_client: Any) -> tuple[str, str]:
@@ -162,3 +166,31 @@ def test_every_query_in_the_doc(warehouses: tuple[str, str, str]) -> None:
         assert row["reason"] == "unknown_gpu" and "NVIDIA Mystery X1" in row["detail"]
     else:
         assert held is None
+
+
+def test_offline_duckdb_recipe_runs_as_written(tmp_path: Path) -> None:
+    """Issue 54: `duckdb_ext.get_extension_dir` did not exist. The recipe runs here as the doc
+    says, in a fresh virtual environment with exactly the packages it names (from the package
+    index, as CI's own install), DuckDB told never to download: the delta extension must come
+    from the package."""
+    [recipe] = [b for b in blocks(DOC) if b.requires]
+    wh = tmp_path / "wh"
+    put_objects(str(tmp_path / "up"), {KEY_A: CSV_A})
+    ingest(str(tmp_path / "up"), str(wh), IngestOptions(trigger=False))
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    pip = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *recipe.requires],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [python, "-c", f"WAREHOUSE = {str(wh)!r}\n" + recipe.text],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = ast.literal_eval(done.stdout.strip())
+    versions = tables(data_objects(str(wh)))[layout.RUNS].column("liger_version").to_pylist()
+    assert got == [(v, versions.count(v)) for v in sorted(set(versions))]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import os
-import re
 
 import duckdb
 import pytest
@@ -13,29 +12,29 @@ from deltalake import DeltaTable
 from kindex_etl import ingest
 from kindex_etl.demo import lay_out_upstream
 from kindex_etl.maintenance import compact
-from tests.helpers import REPO
+from tests.docs_blocks import REPO, blocks, runnable
 
-README = (REPO / "README.md").read_text()
-
-
-def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+README = REPO / "README.md"
 
 
 @pytest.fixture(scope="module")
 def warehouse_cwd(tmp_path_factory):
     root = tmp_path_factory.mktemp("readme")
-    lay_out_upstream(root / "upstream", offline=True)
-    ingest(str(root / "upstream"), str(root / "warehouse"))
+    lay_out_upstream(root / "kindex-demo" / "upstream", offline=True)
+    ingest(str(root / "kindex-demo" / "upstream"), str(root / "kindex-demo" / "warehouse"))
     old = os.getcwd()
-    os.chdir(root)  # the README's queries use the relative path `warehouse/`
-    yield root
+    os.chdir(root)  # the README's queries use the demo's relative path `kindex-demo/warehouse/`
+    yield root / "kindex-demo"
     os.chdir(old)
 
 
 def test_readme_has_the_queries():
-    assert not blocks("sql") and len(blocks("python")) == 2
-    assert not any("read_parquet(" in b for b in blocks("python"))  # no bare glob
+    python = [b for b in blocks(README) if b.lang == "python"]
+    assert len(python) == 2 and all(b.runnable for b in python)
+    assert not any("read_parquet(" in b.text for b in python)  # no bare glob
+    # deltalake's to_pyarrow_table() (and to_pandas(), which calls it) can abort the
+    # interpreter at exit (docs/reading.md): the README shows the clean paths only.
+    assert not any("to_pyarrow_table(" in b.text or ".to_pandas(filters" in b.text for b in python)
 
 
 def _run(block: str) -> list[object]:
@@ -45,8 +44,12 @@ def _run(block: str) -> list[object]:
 
 
 def test_duckdb_query_stays_exact_through_compaction(warehouse_cwd):
-    [compare] = _run(blocks("python")[0])
+    [compare] = _run(runnable(README, "python")[0])
     assert compare and all(r[3] is not None and r[4] is not None for r in compare)
+    # The swept value sorts as a number (as text, 16384 would come before 2048).
+    for kernel, gpu in {(r[0], r[1]) for r in compare}:
+        xs = [r[2] for r in compare if (r[0], r[1]) == (kernel, gpu)]
+        assert all(isinstance(x, float) for x in xs) and xs == sorted(xs), xs
     assert all(liger < torch for *_, liger, torch in compare)  # the generated sample says so
     # The same measurements again a year earlier (new runs, same values: same medians) in
     # another object, then the daily compaction: files are rewritten, the answer is not.
@@ -63,16 +66,16 @@ def test_duckdb_query_stays_exact_through_compaction(warehouse_cwd):
         writer.writerows(rows)
     ingest(str(warehouse_cwd / "upstream"), str(warehouse_cwd / "warehouse"))
     assert compact(str(warehouse_cwd / "warehouse")).commit is not None
-    assert _run(blocks("python")[0]) == [compare]
+    assert _run(runnable(README, "python")[0]) == [compare]
 
 
 def test_pandas_snippet(warehouse_cwd):
     """The snippet prints per kernel and provider the median speed in microseconds: the same
     numbers DuckDB computes from the same files."""
     printed = []
-    exec(blocks("python")[1], {"print": printed.append})
+    exec(runnable(README, "python")[1], {"print": printed.append})
     [frame] = printed
-    delta_runs = DeltaTable("warehouse/benchmark_runs").to_pyarrow_dataset()  # noqa: F841
+    delta_runs = DeltaTable("kindex-demo/warehouse/benchmark_runs").to_pyarrow_dataset()  # noqa: F841
     expected = duckdb.sql(
         "SELECT kernel, provider, median(value_median) / 1e3 AS us "
         "FROM delta_runs "

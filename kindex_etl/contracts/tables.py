@@ -33,7 +33,8 @@ def _s(name: str, origin: bytes = DESCRIPTOR, *, statistics: bool = True) -> pa.
     """`statistics=False`: written without Parquet statistics. For long text that is distinct
     per run or per descriptor (ids, digests, descriptors): its values span every row group,
     so min/max skip none. Statistics on every column were a quarter of the runs table's write
-    time; without these columns' the write takes ~10 % less (`benchmarks/micro_ingest.py`)."""
+    time; without these columns' the write takes ~10 % less (`benchmarks/micro_ingest.py`, in
+    git history)."""
     return _field(name, pa.string(), origin, statistics=statistics)
 
 

@@ -170,8 +170,8 @@ def _may_break(column: pa.Array) -> bool:
         return False
     raw = np.frombuffer(data, dtype=np.uint8)
     # A minimum is one pass with no temporary (a tenth of two comparisons' time on 40 MB,
-    # benchmarks/micro_ingest.py): nothing below 14, no \n (10) or \r (13). Tabs and the
-    # like fall to the exact look.
+    # benchmarks/micro_ingest.py, in git history): nothing below 14, no \n (10) or \r (13).
+    # Tabs and the like fall to the exact look.
     if not len(raw) or raw.min() > 13:
         return False
     return bool((raw == 10).any() or (raw == 13).any())

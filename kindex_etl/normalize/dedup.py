@@ -34,7 +34,8 @@ _BLOOM_BITS_PER_RUN = 12
 _PROBES = 6
 # A frozen chunk's filter is built this many keys at a time: over a whole chunk (2M keys), the
 # hashes, bits and splitmix64's temporaries held 64 MiB for a moment, a spike that only
-# ingests past 2M runs paid (6 MiB by slices: benchmarks/micro_ingest.py, `spill_peak`).
+# ingests past 2M runs paid (6 MiB by slices: `spill_peak`
+# of benchmarks/micro_ingest.py, in git history).
 _BLOOM_SLICE = 1 << 16
 _U64 = np.uint64
 
@@ -194,7 +195,8 @@ class RunIndex:
         n = len(keys)
         fps = fps.astype(_FP, copy=False)
         # Everything in key order: a binary search for sorted keys walks memory forwards (20x
-        # faster than in the batch's own order for 1M keys in 2M, benchmarks/micro_ingest.py).
+        # faster than in the batch's own order for 1M keys in 2M: benchmarks/micro_ingest.py,
+        # in git history).
         # Not a stable sort (5x slower for a 20k block): each group's first occurrence is its
         # smallest position instead.
         order = np.argsort(keys)
