@@ -345,6 +345,7 @@ RULE_SETTINGS = (
     "launch_bound_ns",
     "confirm_points",
     "memory_confirm_points",
+    "announce_z",
 )
 
 

@@ -78,6 +78,9 @@ class DetectorSettings:
     # Points after a change that must hold it before it is announced (`pending` until then).
     confirm_points: int = 2
     memory_confirm_points: int = 1
+    # A speed change is found at `z_threshold` and announced at this z (hysteresis): below it,
+    # `pending` (`rules.unconfirmed`).
+    announce_z: float = 5.5
 
     @property
     def class_rule(self) -> ClassRule:
@@ -330,7 +333,8 @@ def _changes_of(
         a, b = segments[i], segments[i + 1]
         delta, se, z = _test(y, a, b, sigma, resid)
         last = i + 1 == len(segments) - 1
-        if unconfirmed(len(b.releases), last, max(settings.persistence, settings.confirm_points)):
+        need = max(settings.persistence, settings.confirm_points)
+        if unconfirmed(len(b.releases), last, need) or abs(z) < settings.announce_z:
             state = "pending"
         else:
             state = "alert" if delta > 0 else "improvement"

@@ -24,8 +24,10 @@ provider's benchmark code). Then, in this order:
    least the minimum effect), with `class_min_peers` other kernels in the class. A kernel
    without enough peers, or unlike them, stays open: many kernels moving at once is evidence
    about them, not about it.
-6. `confirmation` (`confirmed`): a change is announced once `confirm_points` points after it
-   hold the new level (memory, deterministic: `memory_confirm_points`).
+6. `confirmation` (`unconfirmed`): a change is announced once `confirm_points` points after it
+   hold the new level (memory, deterministic: `memory_confirm_points`) and, for speed, once its
+   z reaches `announce_z`: found at the detector's z, announced at a higher one (hysteresis),
+   `pending` in between.
 
 Every rule that weighed something writes it into the row's `evidence` (one clause each, in
 this order), whether or not it changed the state; no rule silences a whole commit or kernel.

@@ -82,7 +82,9 @@ def alert_no_longer_found(tmp_path: Path) -> tuple[str, dict[str, Any]]:
     small = [0.1] * 4 + [0.103] * 4  # +3 %: under the packaged minimum effect
     wh = build_warehouse(tmp_path, [series_rows(small, spread=0.001)])
     cal = default_calibration()
-    looser = replace(cal, settings=replace(cal.settings, min_effect=0.01, z_threshold=1.5))
+    looser = replace(
+        cal, settings=replace(cal.settings, min_effect=0.01, z_threshold=1.5, announce_z=1.5)
+    )
     (old,) = run_regressions(wh, report=False, calibration=looser).new
     assert old["state"] == "alert"
     return wh, old
