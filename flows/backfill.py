@@ -66,8 +66,12 @@ def backfill_flow(
     dry_run: bool = False,
     trigger: bool = False,
     objects_per_batch: int = DEFAULT_OBJECTS_PER_BATCH,
+    allow_empty: bool = False,
 ) -> dict[str, Any]:
     """Re-ingest the selected upstream objects (see kindex_etl/extract/select.py).
+
+    No upstream CSV under `prefix` fails the run, unless `allow_empty` (filters that select
+    nothing among existing CSVs do not: that is an answer, not a typo).
 
     Returns the summary with `objects` (key, etag, size, status, counts) and `selection`.
     """
@@ -88,7 +92,9 @@ def backfill_flow(
     ahead = cfg.dask_ahead if fans_out() else 0
     if ahead:
         logger.info("reading and normalizing on Dask, %d batch(es) ahead", ahead)
-    summary = run_ingest(upstream, warehouse, options, label="backfill", fan_out=ahead)
+    summary = run_ingest(
+        upstream, warehouse, options, label="backfill", fan_out=ahead, allow_empty=allow_empty
+    )
     return backfill_result(summary, selection, entries, dry_run=dry_run)
 
 

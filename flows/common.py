@@ -224,8 +224,13 @@ def run_ingest(
     on_planned: Callable[[Plan], None] | None = None,
     on_batch: Callable[[int, Plan], None] | None = None,
     fan_out: int = 0,
+    allow_empty: bool = False,
 ) -> IngestSummary:
     """Recover, plan, ingest each commit batch, finish; publish artifacts. Returns the summary.
+
+    No upstream CSV under the prefix fails the run (`EmptyUpstream`, never retried) before
+    anything is written, unless `allow_empty`: a scheduled run with a mistyped prefix must not
+    succeed on nothing, hour after hour (issue 54).
 
     `fan_out` > 0: the batches are read and normalized on the flow's task runner (Dask),
     that many ahead, and committed here in plan order (`_fanned_out`).
@@ -236,6 +241,8 @@ def run_ingest(
     """
     logger = get_run_logger()
     started = time.perf_counter()
+    if not allow_empty:
+        stage.require_objects(upstream, options.prefix)
 
     def work() -> IngestSummary:
         planned = plan(upstream, warehouse, options, recover(warehouse, options))

@@ -23,13 +23,15 @@ async def ingest_flow(
     trigger: bool = True,
     prefix: str = "",
     regressions: bool = True,
+    allow_empty: bool = False,
 ) -> dict[str, Any]:
     """Ingest new upstream CSV objects into the warehouse (scheduled hourly in deploy/).
 
     `upstream` / `warehouse` default to KINDEX_UPSTREAM / KINDEX_WAREHOUSE of the process that
     runs the flow. A backfill (re-read every object) never triggers GPU re-runs here; the
     `backfill` flow can, when asked. An ingest that committed runs is followed by the
-    regressions flow (`regressions=False` skips it).
+    regressions flow (`regressions=False` skips it). No upstream CSV under `prefix` fails the
+    run, unless `allow_empty`.
 
     Async for Prefect's engine alone: its synchronous engine joins the run's heartbeat thread,
     which sleeps in 1 s steps, at the end of every run (0 to 1 s of nothing a command;
@@ -40,7 +42,9 @@ async def ingest_flow(
     cfg = settings()
     options = IngestOptions(backfill=backfill, trigger=trigger and not backfill, prefix=prefix)
     url = warehouse or cfg.warehouse
-    summary = run_ingest(upstream or cfg.upstream, url, options, label="ingest").as_dict()
+    summary = run_ingest(
+        upstream or cfg.upstream, url, options, label="ingest", allow_empty=allow_empty
+    ).as_dict()
     summary["ingest_s"] = summary["elapsed_s"]
     summary["analysis"] = None  # no commit (or regressions=False): no analysis ran
     if regressions and summary["commits"]:

@@ -101,6 +101,15 @@ def _urls(p: argparse.ArgumentParser, *, upstream: bool = True, warehouse: bool 
         )
 
 
+def _allow_empty(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="succeed when no upstream CSV lies under the upstream URL and prefix "
+        "(by default that is an error: most often a typo)",
+    )
+
+
 def _json_flag(p: argparse.ArgumentParser, what: str = "one JSON object") -> None:
     p.add_argument("--json", action="store_true", help=f"print {what} on stdout")
 
@@ -127,6 +136,7 @@ def _ingest_arguments(p: argparse.ArgumentParser) -> None:
         help="skip the regressions flow that follows an ingest that committed runs "
         "(run `kindex-etl regressions` later: it reads the whole warehouse)",
     )
+    _allow_empty(p)
     _json_flag(p, "one JSON summary")
 
 
@@ -159,6 +169,8 @@ def run_ingest(args: argparse.Namespace) -> int:
     cfg = settings()
     upstream, warehouse = args.upstream or cfg.upstream, args.warehouse or cfg.warehouse
     checks.store(upstream, what="upstream")
+    if not args.allow_empty:
+        checks.upstream_objects(upstream, args.prefix)  # before the warehouse is created
     checks.store(warehouse, what="warehouse", create=True)
     from kindex_etl.ingestion import IngestOptions
 
@@ -176,6 +188,7 @@ def run_ingest(args: argparse.Namespace) -> int:
             trigger=not args.no_trigger,
             prefix=args.prefix,
             regressions=not args.no_regressions,
+            allow_empty=args.allow_empty,
             return_state=True,
         )
         summary = state.result()
@@ -246,6 +259,7 @@ def _backfill_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="request GPU re-runs for versions new to the warehouse",
     )
+    _allow_empty(p)
     _json_flag(p, "one JSON summary")
 
 
@@ -266,6 +280,8 @@ def run_backfill(args: argparse.Namespace) -> int:
         "until": args.until,
     }
     selection, entries = checks.backfill_filters(checks.store(upstream, what="upstream"), filters)
+    if not args.allow_empty:
+        checks.upstream_objects(upstream, selection.list_prefix)  # a typo'd prefix, say
     if not args.dry_run:
         checks.store(warehouse, what="warehouse", create=True)
     elif "://" in warehouse:
@@ -294,6 +310,7 @@ def run_backfill(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             trigger=args.trigger,
             objects_per_batch=args.objects_per_batch,
+            allow_empty=args.allow_empty,
             return_state=True,
             **filters,
         )
