@@ -22,6 +22,7 @@ from prefect.task_runners import TaskRunner
 
 from flows.artifacts import progress_key
 from flows.common import IO_RETRY_DELAYS, fans_out, run_ingest, transient
+from kindex_etl import flow_runs
 from kindex_etl.config import DEFAULT_OBJECTS_PER_BATCH, Settings, settings
 from kindex_etl.extract.select import (
     Selection,
@@ -52,7 +53,7 @@ def selection_task(upstream: str, filters: dict[str, Any]) -> tuple[Selection, l
     return select(open_store(upstream), **filters)
 
 
-@flow(name="kindex-backfill", log_prints=False)
+@flow(name="kindex-backfill", log_prints=False, on_running=[flow_runs.remember])
 def backfill_flow(
     upstream: str | None = None,
     warehouse: str | None = None,

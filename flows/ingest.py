@@ -9,13 +9,14 @@ from typing import Any
 from prefect import flow
 
 from flows.common import analysis_subflow, plan, run_ingest, warehouse_limit_name
+from kindex_etl import flow_runs
 from kindex_etl.config import settings
 from kindex_etl.ingestion import IngestOptions
 
 __all__ = ["ingest_flow", "plan", "run_ingest_flow", "warehouse_limit_name"]
 
 
-@flow(name="kindex-ingest", log_prints=False)
+@flow(name="kindex-ingest", log_prints=False, on_running=[flow_runs.remember])
 async def ingest_flow(
     upstream: str | None = None,
     warehouse: str | None = None,

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.cli.conftest import kindex, many_rows_upstream
+from tests.cli.conftest import flow_run_states, kindex, many_rows_upstream
 from tests.helpers import table
 
 
@@ -60,6 +60,8 @@ def test_a_stop_mid_ingest_is_quick_clean_and_a_rerun_completes(
     committed = table(warehouse, "benchmark_runs").num_rows
     assert 0 < committed < total
     assert f"{committed:,} runs" in last
+    # Issue 54: Prefect showed the stopped run as Running for good.
+    assert flow_run_states(warm_server, warehouse) == {"kindex-backfill": ["CANCELLED"]}
     again = kindex(
         cli_env, "ingest", "--upstream", str(upstream), "--warehouse", str(warehouse), "--json",
         "--no-trigger",
