@@ -21,7 +21,7 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import TaskRunner
 
 from flows.artifacts import progress_key
-from flows.common import IO_RETRY_DELAYS, fans_out, run_ingest, transient
+from flows.common import IO_RETRY_DELAYS, fans_out, owed_analysis_subflow, run_ingest, transient
 from kindex_etl import flow_runs
 from kindex_etl.config import DEFAULT_OBJECTS_PER_BATCH, Settings, settings
 from kindex_etl.extract.select import (
@@ -68,8 +68,12 @@ def backfill_flow(
     trigger: bool = False,
     objects_per_batch: int = DEFAULT_OBJECTS_PER_BATCH,
     allow_empty: bool = False,
+    regressions: bool = True,
 ) -> dict[str, Any]:
     """Re-ingest the selected upstream objects (see kindex_etl/extract/select.py).
+
+    Then the analysis its commits (and any earlier run's) are owed, as an ingest chains it
+    (`regressions=False` leaves it owed: the next ingest, backfill or analysis runs it).
 
     No upstream CSV under `prefix` fails the run, unless `allow_empty` (filters that select
     nothing among existing CSVs do not: that is an answer, not a typo).
@@ -96,7 +100,11 @@ def backfill_flow(
     summary = run_ingest(
         upstream, warehouse, options, label="backfill", fan_out=ahead, allow_empty=allow_empty
     )
-    return backfill_result(summary, selection, entries, dry_run=dry_run)
+    result = backfill_result(summary, selection, entries, dry_run=dry_run)
+    result["analysis"] = None
+    if regressions and not dry_run:
+        result["analysis"] = owed_analysis_subflow(warehouse)
+    return result
 
 
 def dask_task_runner(cfg: Settings | None = None) -> TaskRunner[Any] | None:

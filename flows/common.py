@@ -313,3 +313,17 @@ def analysis_subflow(warehouse: str, after_seq: int | None = None) -> dict[str, 
     keys = ("changes", "alerts", "new_alerts", "new_changes", "retracted", "commit", "report",
             "elapsed_s", "report_s", "seq", "workers", "announced", "incremental")  # fmt: skip
     return {k: found[k] for k in keys}
+
+
+def owed_analysis_subflow(warehouse: str) -> dict[str, Any] | None:
+    """The analysis an earlier run left owed (`kindex_etl.analysis.owed`), as
+    `analysis_subflow` runs it; None when none is owed (a dry run's warehouse may not exist)."""
+    from kindex_etl.analysis.owed import owed_analysis
+    from kindex_etl.load.warehouse import existing_warehouse
+
+    found = existing_warehouse(warehouse)
+    owed = owed_analysis(found.store) if found is not None else None
+    if owed is None:
+        return None
+    get_run_logger().info("%s: running it now", owed.describe())
+    return analysis_subflow(warehouse, after_seq=owed.after_seq)

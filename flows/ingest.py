@@ -8,7 +8,13 @@ from typing import Any
 
 from prefect import flow
 
-from flows.common import analysis_subflow, plan, run_ingest, warehouse_limit_name
+from flows.common import (
+    analysis_subflow,
+    owed_analysis_subflow,
+    plan,
+    run_ingest,
+    warehouse_limit_name,
+)
 from kindex_etl import flow_runs
 from kindex_etl.config import settings
 from kindex_etl.ingestion import IngestOptions
@@ -31,8 +37,9 @@ async def ingest_flow(
     `upstream` / `warehouse` default to KINDEX_UPSTREAM / KINDEX_WAREHOUSE of the process that
     runs the flow. A backfill (re-read every object) never triggers GPU re-runs here; the
     `backfill` flow can, when asked. An ingest that committed runs is followed by the
-    regressions flow (`regressions=False` skips it). No upstream CSV under `prefix` fails the
-    run, unless `allow_empty`.
+    regressions flow (`regressions=False` skips it); one that committed nothing finishes the
+    analysis an earlier run left owed (a stop after its commit), if any. No upstream CSV under
+    `prefix` fails the run, unless `allow_empty`.
 
     Async for Prefect's engine alone: its synchronous engine joins the run's heartbeat thread,
     which sleeps in 1 s steps, at the end of every run (0 to 1 s of nothing a command;
@@ -50,6 +57,8 @@ async def ingest_flow(
     summary["analysis"] = None  # no commit (or regressions=False): no analysis ran
     if regressions and summary["commits"]:
         summary["analysis"] = analysis_subflow(url, after_seq=min(summary["commits"]) - 1)
+    elif regressions:
+        summary["analysis"] = owed_analysis_subflow(url)
     # The run's whole time, the analysis included (issue 32: "took 3.64 s" for 17 s).
     summary["elapsed_s"] = time.perf_counter() - started
     return summary

@@ -133,8 +133,9 @@ def _ingest_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-regressions",
         action="store_true",
-        help="skip the regressions flow that follows an ingest that committed runs "
-        "(run `kindex-etl regressions` later: it reads the whole warehouse)",
+        help="skip the regressions flow that follows an ingest that committed runs (it stays "
+        "owed: the next ingest or backfill without this flag, or `kindex-etl regressions`, "
+        "runs it)",
     )
     _allow_empty(p)
     _json_flag(p, "one JSON summary")
@@ -154,9 +155,26 @@ def _answered_idle(
     summary = idle_summary(upstream, warehouse, options)
     if summary is None:
         return False
+    if _owes_analysis(args, warehouse):
+        return False
     _say(args, "nothing to do: answered without a flow run")
     _emit(args, summary.as_dict(), _human_summary(summary.as_dict()))
     return True
+
+
+def _owes_analysis(args: argparse.Namespace, warehouse: str) -> bool:
+    """Whether an earlier run left an analysis owed that this command must finish (issue 54:
+    a stop after the commit lost it for good); says so. Never with --no-regressions."""
+    from kindex_etl.analysis.owed import owed_analysis
+    from kindex_etl.load.warehouse import existing_warehouse
+
+    if getattr(args, "no_regressions", False) or getattr(args, "dry_run", False):
+        return False
+    found = existing_warehouse(warehouse)
+    owed = owed_analysis(found.store) if found is not None else None
+    if owed is not None:
+        _say(args, f"nothing new upstream, but {owed.describe()}: running it")
+    return owed is not None
 
 
 def run_ingest(args: argparse.Namespace) -> int:
@@ -194,6 +212,8 @@ def run_ingest(args: argparse.Namespace) -> int:
         summary = state.result()
     # The command's time, as its user waited for it: Prefect's start-up and the analysis too.
     summary["elapsed_s"] = time.monotonic() - started
+    if not summary["commits"] and summary.get("analysis"):
+        _say(args, "nothing else to do: the owed analysis is done")
     _emit(args, summary, _human_summary(summary))
     return 0
 
@@ -259,6 +279,12 @@ def _backfill_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="request GPU re-runs for versions new to the warehouse",
     )
+    p.add_argument(
+        "--no-regressions",
+        action="store_true",
+        help="skip the analysis that follows (it stays owed: the next ingest, backfill or "
+        "`kindex-etl regressions` runs it)",
+    )
     _allow_empty(p)
     _json_flag(p, "one JSON summary")
 
@@ -294,7 +320,7 @@ def run_backfill(args: argparse.Namespace) -> int:
         objects_per_batch=args.objects_per_batch,
     )
     idle = idle_summary(upstream, warehouse, options)
-    if idle is not None:
+    if idle is not None and not _owes_analysis(args, warehouse):
         # A dry run only lists, and an empty selection has nothing to do: no flow run.
         _emit_backfill(args, backfill_result(idle, selection, entries, dry_run=args.dry_run))
         return 0
@@ -311,6 +337,7 @@ def run_backfill(args: argparse.Namespace) -> int:
             trigger=args.trigger,
             objects_per_batch=args.objects_per_batch,
             allow_empty=args.allow_empty,
+            regressions=not args.no_regressions,
             return_state=True,
             **filters,
         )

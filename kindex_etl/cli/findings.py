@@ -121,13 +121,29 @@ def regressions_human(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _pay_owed(args: argparse.Namespace, url: str) -> None:
+    """A partial analysis (`--since`, `--after-seq`) does not settle what an earlier ingest's
+    stopped analysis left owed (issue 54): run that one first, as the ingest would have."""
+    from kindex_etl.analysis.owed import owed_analysis
+    from kindex_etl.analysis.run import run_regressions as analyse
+    from kindex_etl.storage import open_store
+
+    owed = owed_analysis(open_store(url, create=False))
+    if owed is None:
+        return
+    if not args.quiet:
+        print(f"kindex-etl: {owed.describe()}: running it first", file=sys.stderr, flush=True)
+    analyse(url, after_seq=owed.after_seq)
+
+
 def run_regressions(args: argparse.Namespace) -> int:
     from kindex_etl.analysis.run import run_regressions as analyse
 
     url = _warehouse(args)
-    result = analyse(
-        url, since=args.since, write=not args.dry_run, after_seq=getattr(args, "after_seq", None)
-    )
+    after_seq = getattr(args, "after_seq", None)
+    if not args.dry_run and (args.since is not None or after_seq is not None):
+        _pay_owed(args, url)
+    result = analyse(url, since=args.since, write=not args.dry_run, after_seq=after_seq)
     if args.json:
         result.write_json(sys.stdout)
         sys.stdout.write("\n")
