@@ -184,6 +184,9 @@ def test_a_run_with_nothing_to_do_answers_without_prefect(tmp_path, cli_env):
     from kindex_etl import IngestOptions, ingest
 
     ingest(str(upstream), str(warehouse), IngestOptions(trigger=False))  # every object is in now
+    from kindex_etl.analysis.run import run_regressions
+
+    run_regressions(str(warehouse))  # and analysed, as an ingest's chained analysis leaves it
     env = _dead_api_env(cli_env, tmp_path)
     args = ("--upstream", str(upstream), "--warehouse", str(warehouse))
     done = kindex(env, "ingest", *args, "--json")
