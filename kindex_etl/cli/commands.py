@@ -49,8 +49,17 @@ def _start_prefect(args: argparse.Namespace) -> None:
     from kindex_etl.cli.server import choose_api
 
     _prefect_logging(args)
-    api = choose_api(settings())
+    cfg = settings()
+    api = choose_api(cfg)
     _say(args, api.describe())
+    if api.url is not None:  # a server that outlives this command (not a temporary one)
+        from pathlib import Path
+
+        from kindex_etl import flow_runs
+
+        ledgers = Path(cfg.state_dir).expanduser() / "flow-runs"
+        flow_runs.crash_orphans(ledgers)  # runs of killed commands: Crashed, not Running
+        flow_runs.keep_ledger(ledgers)
 
 
 def _human_summary(s: dict[str, Any]) -> str:

@@ -79,6 +79,7 @@ def _end_flow_runs(signum: int) -> None:
     flow_runs.end_unfinished(
         f"kindex-etl was stopped by {how}; what was committed stays, and the same command continues"
     )
+    flow_runs.forget_ledger()  # ended: nothing for the next command to mark Crashed
 
 
 @contextmanager

@@ -96,3 +96,27 @@ def test_a_stop_right_after_a_maintenance_commit_says_it_was_made(tmp_path, monk
         "kindex-etl: interrupted: the warehouse moved from commit 3 to 4 (commit 4, each whole); "
         "run the same command again to continue",
     ]
+
+
+def test_a_killed_commands_flow_run_is_crashed_by_the_next_command(tmp_path, cli_env, warm_server):
+    """Issue 54: a kill cannot say anything, and its run stayed Running in Prefect. The next
+    command that starts Prefect marks it Crashed (the killed command's ledger of its runs)."""
+    upstream, warehouse = tmp_path / "up", tmp_path / "wh"
+    many_rows_upstream(upstream, objects=6, rows=40_000)
+    proc = _start(
+        cli_env, "backfill", "--upstream", str(upstream), "--warehouse", str(warehouse),
+        "--objects-per-batch", "1",
+    )  # fmt: skip
+    _wait_for(proc, "batch 1/6")
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert flow_run_states(warm_server, warehouse) == {"kindex-backfill": ["RUNNING"]}
+    again = kindex(
+        cli_env, "ingest", "--upstream", str(upstream), "--warehouse", str(warehouse),
+        "--no-trigger", "--no-regressions",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert flow_run_states(warm_server, warehouse) == {
+        "kindex-backfill": ["CRASHED"],
+        "kindex-ingest": ["COMPLETED"],
+    }
