@@ -21,7 +21,8 @@ from prefect.cache_policies import NONE
 from prefect.task_runners import TaskRunner
 
 from flows.artifacts import progress_key
-from flows.common import IO_RETRY_DELAYS, fans_out, run_ingest, transient
+from flows.common import IO_RETRY_DELAYS, fans_out, owed_analysis_subflow, run_ingest, transient
+from kindex_etl import flow_runs
 from kindex_etl.config import DEFAULT_OBJECTS_PER_BATCH, Settings, settings
 from kindex_etl.extract.select import (
     Selection,
@@ -52,7 +53,7 @@ def selection_task(upstream: str, filters: dict[str, Any]) -> tuple[Selection, l
     return select(open_store(upstream), **filters)
 
 
-@flow(name="kindex-backfill", log_prints=False)
+@flow(name="kindex-backfill", log_prints=False, on_running=[flow_runs.remember])
 def backfill_flow(
     upstream: str | None = None,
     warehouse: str | None = None,
@@ -66,8 +67,16 @@ def backfill_flow(
     dry_run: bool = False,
     trigger: bool = False,
     objects_per_batch: int = DEFAULT_OBJECTS_PER_BATCH,
+    allow_empty: bool = False,
+    regressions: bool = True,
 ) -> dict[str, Any]:
     """Re-ingest the selected upstream objects (see kindex_etl/extract/select.py).
+
+    Then the analysis its commits (and any earlier run's) are owed, as an ingest chains it
+    (`regressions=False` leaves it owed: the next ingest, backfill or analysis runs it).
+
+    No upstream CSV under `prefix` fails the run, unless `allow_empty` (filters that select
+    nothing among existing CSVs do not: that is an answer, not a typo).
 
     Returns the summary with `objects` (key, etag, size, status, counts) and `selection`.
     """
@@ -88,8 +97,14 @@ def backfill_flow(
     ahead = cfg.dask_ahead if fans_out() else 0
     if ahead:
         logger.info("reading and normalizing on Dask, %d batch(es) ahead", ahead)
-    summary = run_ingest(upstream, warehouse, options, label="backfill", fan_out=ahead)
-    return backfill_result(summary, selection, entries, dry_run=dry_run)
+    summary = run_ingest(
+        upstream, warehouse, options, label="backfill", fan_out=ahead, allow_empty=allow_empty
+    )
+    result = backfill_result(summary, selection, entries, dry_run=dry_run)
+    result["analysis"] = None
+    if regressions and not dry_run:
+        result["analysis"] = owed_analysis_subflow(warehouse)
+    return result
 
 
 def dask_task_runner(cfg: Settings | None = None) -> TaskRunner[Any] | None:

@@ -224,8 +224,13 @@ def run_ingest(
     on_planned: Callable[[Plan], None] | None = None,
     on_batch: Callable[[int, Plan], None] | None = None,
     fan_out: int = 0,
+    allow_empty: bool = False,
 ) -> IngestSummary:
     """Recover, plan, ingest each commit batch, finish; publish artifacts. Returns the summary.
+
+    No upstream CSV under the prefix fails the run (`EmptyUpstream`, never retried) before
+    anything is written, unless `allow_empty`: a scheduled run with a mistyped prefix must not
+    succeed on nothing, hour after hour (issue 54).
 
     `fan_out` > 0: the batches are read and normalized on the flow's task runner (Dask),
     that many ahead, and committed here in plan order (`_fanned_out`).
@@ -236,6 +241,8 @@ def run_ingest(
     """
     logger = get_run_logger()
     started = time.perf_counter()
+    if not allow_empty:
+        stage.require_objects(upstream, options.prefix)
 
     def work() -> IngestSummary:
         planned = plan(upstream, warehouse, options, recover(warehouse, options))
@@ -306,3 +313,17 @@ def analysis_subflow(warehouse: str, after_seq: int | None = None) -> dict[str, 
     keys = ("changes", "alerts", "new_alerts", "new_changes", "retracted", "commit", "report",
             "elapsed_s", "report_s", "seq", "workers", "announced", "incremental")  # fmt: skip
     return {k: found[k] for k in keys}
+
+
+def owed_analysis_subflow(warehouse: str) -> dict[str, Any] | None:
+    """The analysis an earlier run left owed (`kindex_etl.analysis.owed`), as
+    `analysis_subflow` runs it; None when none is owed (a dry run's warehouse may not exist)."""
+    from kindex_etl.analysis.owed import owed_analysis
+    from kindex_etl.load.warehouse import existing_warehouse
+
+    found = existing_warehouse(warehouse)
+    owed = owed_analysis(found.store) if found is not None else None
+    if owed is None:
+        return None
+    get_run_logger().info("%s: running it now", owed.describe())
+    return analysis_subflow(warehouse, after_seq=owed.after_seq)

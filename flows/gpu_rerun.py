@@ -22,6 +22,7 @@ from prefect.concurrency.sync import concurrency
 from prefect.states import Failed, State
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from kindex_etl import flow_runs
 from kindex_etl.gpu import runner
 from kindex_etl.gpu.report import markdown, slot_table
 from kindex_etl.gpu.suite import Script
@@ -85,6 +86,7 @@ def report_task(warehouse: str, result: runner.CampaignResult) -> None:
     name="kindex-gpu-rerun",
     log_prints=False,
     task_runner=ThreadPoolTaskRunner(MAX_THREADS),  # type: ignore[arg-type]
+    on_running=[flow_runs.remember],  # a stopped command ends it Cancelled in Prefect
 )
 def gpu_rerun_flow(
     liger_version: str,

@@ -11,6 +11,7 @@ from prefect.cache_policies import NONE
 
 from flows.artifacts import _sync
 from flows.common import IO_RETRY_DELAYS, transient, warehouse_slot
+from kindex_etl import flow_runs
 from kindex_etl.config import settings
 from kindex_etl.maintenance import compact, vacuum
 
@@ -33,7 +34,7 @@ def vacuum_task(warehouse: str, retention_s: float | None) -> dict[str, Any]:
     return vacuum(warehouse, retention=retention).as_dict()
 
 
-@flow(name="kindex-maintenance", log_prints=False)
+@flow(name="kindex-maintenance", log_prints=False, on_running=[flow_runs.remember])
 def maintenance_flow(
     warehouse: str | None = None,
     target_rows: int | None = None,

@@ -19,6 +19,7 @@ from prefect.cache_policies import NONE
 from prefect.events import emit_event
 from prefect.events.utilities import should_emit_events
 
+from kindex_etl import flow_runs
 from kindex_etl.analysis.alerts import markdown
 from kindex_etl.analysis.announce import (
     announced_through,
@@ -76,7 +77,7 @@ def announce(warehouse: str) -> int:
     return len(todo.events)
 
 
-@flow(name="kindex-regressions", log_prints=False)
+@flow(name="kindex-regressions", log_prints=False, on_running=[flow_runs.remember])
 def regressions_flow(
     warehouse: str | None = None, since: str | None = None, after_seq: int | None = None
 ) -> dict[str, Any]:

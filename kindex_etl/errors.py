@@ -23,6 +23,11 @@ class NotFound(StorageError):
     """The object does not exist."""
 
 
+class EmptyUpstream(KindexError, ValueError):
+    """An ingest found no upstream CSV under its URL and prefix: most often a typo, so an error
+    (a ValueError: a flow never retries it) unless the caller allows an empty upstream."""
+
+
 class CatalogError(KindexError, ValueError):
     """A catalog (or the override directory naming one) cannot be used."""
 

@@ -189,6 +189,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         release()
+        _forget_flow_runs()
+
+
+def _forget_flow_runs() -> None:
+    """The command's flow runs ended with it: its ledger of them goes (`kindex_etl.flow_runs`:
+    what a killed command leaves is marked Crashed by the next one)."""
+    from kindex_etl import flow_runs
+
+    flow_runs.forget_ledger()
 
 
 if __name__ == "__main__":

@@ -68,6 +68,20 @@ def warehouse(url: str) -> ObjectStore:
     return opened
 
 
+def upstream_objects(url: str, prefix: str) -> None:
+    """An upstream CSV lies under `prefix`, else one line and exit 2, before anything is
+    created (`kindex_etl.ingestion.require_objects`; `--allow-empty` skips this)."""
+    from kindex_etl.errors import EmptyUpstream
+    from kindex_etl.ingestion.run import require_objects
+
+    try:
+        require_objects(url, prefix)
+    except EmptyUpstream as exc:
+        raise CheckFailed(str(exc)) from None
+    except (StorageError, OSError) as exc:
+        raise CheckFailed(f"upstream: {exc}") from None
+
+
 def backfill_filters(
     upstream: ObjectStore, filters: dict[str, Any]
 ) -> tuple[Selection, list[str] | None]:

@@ -49,8 +49,17 @@ def _start_prefect(args: argparse.Namespace) -> None:
     from kindex_etl.cli.server import choose_api
 
     _prefect_logging(args)
-    api = choose_api(settings())
+    cfg = settings()
+    api = choose_api(cfg)
     _say(args, api.describe())
+    if api.url is not None:  # a server that outlives this command (not a temporary one)
+        from pathlib import Path
+
+        from kindex_etl import flow_runs
+
+        ledgers = Path(cfg.state_dir).expanduser() / "flow-runs"
+        flow_runs.crash_orphans(ledgers)  # runs of killed commands: Crashed, not Running
+        flow_runs.keep_ledger(ledgers)
 
 
 def _human_summary(s: dict[str, Any]) -> str:
@@ -101,6 +110,15 @@ def _urls(p: argparse.ArgumentParser, *, upstream: bool = True, warehouse: bool 
         )
 
 
+def _allow_empty(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="succeed when no upstream CSV lies under the upstream URL and prefix "
+        "(by default that is an error: most often a typo)",
+    )
+
+
 def _json_flag(p: argparse.ArgumentParser, what: str = "one JSON object") -> None:
     p.add_argument("--json", action="store_true", help=f"print {what} on stdout")
 
@@ -124,9 +142,11 @@ def _ingest_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-regressions",
         action="store_true",
-        help="skip the regressions flow that follows an ingest that committed runs "
-        "(run `kindex-etl regressions` later: it reads the whole warehouse)",
+        help="skip the regressions flow that follows an ingest that committed runs (it stays "
+        "owed: the next ingest or backfill without this flag, or `kindex-etl regressions`, "
+        "runs it)",
     )
+    _allow_empty(p)
     _json_flag(p, "one JSON summary")
 
 
@@ -144,9 +164,26 @@ def _answered_idle(
     summary = idle_summary(upstream, warehouse, options)
     if summary is None:
         return False
+    if _owes_analysis(args, warehouse):
+        return False
     _say(args, "nothing to do: answered without a flow run")
     _emit(args, summary.as_dict(), _human_summary(summary.as_dict()))
     return True
+
+
+def _owes_analysis(args: argparse.Namespace, warehouse: str) -> bool:
+    """Whether an earlier run left an analysis owed that this command must finish (issue 54:
+    a stop after the commit lost it for good); says so. Never with --no-regressions."""
+    from kindex_etl.analysis.owed import owed_analysis
+    from kindex_etl.load.warehouse import existing_warehouse
+
+    if getattr(args, "no_regressions", False) or getattr(args, "dry_run", False):
+        return False
+    found = existing_warehouse(warehouse)
+    owed = owed_analysis(found.store) if found is not None else None
+    if owed is not None:
+        _say(args, f"nothing new upstream, but {owed.describe()}: running it")
+    return owed is not None
 
 
 def run_ingest(args: argparse.Namespace) -> int:
@@ -159,6 +196,8 @@ def run_ingest(args: argparse.Namespace) -> int:
     cfg = settings()
     upstream, warehouse = args.upstream or cfg.upstream, args.warehouse or cfg.warehouse
     checks.store(upstream, what="upstream")
+    if not args.allow_empty:
+        checks.upstream_objects(upstream, args.prefix)  # before the warehouse is created
     checks.store(warehouse, what="warehouse", create=True)
     from kindex_etl.ingestion import IngestOptions
 
@@ -176,11 +215,14 @@ def run_ingest(args: argparse.Namespace) -> int:
             trigger=not args.no_trigger,
             prefix=args.prefix,
             regressions=not args.no_regressions,
+            allow_empty=args.allow_empty,
             return_state=True,
         )
         summary = state.result()
     # The command's time, as its user waited for it: Prefect's start-up and the analysis too.
     summary["elapsed_s"] = time.monotonic() - started
+    if not summary["commits"] and summary.get("analysis"):
+        _say(args, "nothing else to do: the owed analysis is done")
     _emit(args, summary, _human_summary(summary))
     return 0
 
@@ -246,6 +288,13 @@ def _backfill_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="request GPU re-runs for versions new to the warehouse",
     )
+    p.add_argument(
+        "--no-regressions",
+        action="store_true",
+        help="skip the analysis that follows (it stays owed: the next ingest, backfill or "
+        "`kindex-etl regressions` runs it)",
+    )
+    _allow_empty(p)
     _json_flag(p, "one JSON summary")
 
 
@@ -266,6 +315,8 @@ def run_backfill(args: argparse.Namespace) -> int:
         "until": args.until,
     }
     selection, entries = checks.backfill_filters(checks.store(upstream, what="upstream"), filters)
+    if not args.allow_empty:
+        checks.upstream_objects(upstream, selection.list_prefix)  # a typo'd prefix, say
     if not args.dry_run:
         checks.store(warehouse, what="warehouse", create=True)
     elif "://" in warehouse:
@@ -278,7 +329,7 @@ def run_backfill(args: argparse.Namespace) -> int:
         objects_per_batch=args.objects_per_batch,
     )
     idle = idle_summary(upstream, warehouse, options)
-    if idle is not None:
+    if idle is not None and not _owes_analysis(args, warehouse):
         # A dry run only lists, and an empty selection has nothing to do: no flow run.
         _emit_backfill(args, backfill_result(idle, selection, entries, dry_run=args.dry_run))
         return 0
@@ -294,6 +345,8 @@ def run_backfill(args: argparse.Namespace) -> int:
             dry_run=args.dry_run,
             trigger=args.trigger,
             objects_per_batch=args.objects_per_batch,
+            allow_empty=args.allow_empty,
+            regressions=not args.no_regressions,
             return_state=True,
             **filters,
         )

@@ -318,6 +318,21 @@ def regressions_human(result: dict[str, Any], selection: Selection | None = None
     return listing(head, result["changes"], selection or Selection(), new)
 
 
+def _pay_owed(args: argparse.Namespace, url: str) -> None:
+    """A partial analysis (`--since`, `--after-seq`) does not settle what an earlier ingest's
+    stopped analysis left owed (issue 54): run that one first, as the ingest would have."""
+    from kindex_etl.analysis.owed import owed_analysis
+    from kindex_etl.analysis.run import run_regressions as analyse
+    from kindex_etl.storage import open_store
+
+    owed = owed_analysis(open_store(url, create=False))
+    if owed is None:
+        return
+    if not args.quiet:
+        print(f"kindex-etl: {owed.describe()}: running it first", file=sys.stderr, flush=True)
+    analyse(url, after_seq=owed.after_seq)
+
+
 def run_regressions(args: argparse.Namespace) -> int:
     from kindex_etl.analysis.run import run_regressions as analyse
 
@@ -325,9 +340,10 @@ def run_regressions(args: argparse.Namespace) -> int:
     selection = Selection.of(args)
     if args.show:
         return _show(args, url, selection)
-    result = analyse(
-        url, since=args.since, write=not args.dry_run, after_seq=getattr(args, "after_seq", None)
-    )
+    after_seq = getattr(args, "after_seq", None)
+    if not args.dry_run and (args.since is not None or after_seq is not None):
+        _pay_owed(args, url)
+    result = analyse(url, since=args.since, write=not args.dry_run, after_seq=after_seq)
     if args.json:
         # The analysis's order, as before; only fewer rows where filters are given.
         picked = {id(c) for c in selection.pick(result.changes)}

@@ -131,6 +131,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _group_alive(leader: subprocess.Popen[str]) -> bool:
+    """Whether any process of `leader`'s group is left (the leader reaped, not a zombie)."""
+    leader.poll()
+    try:
+        os.killpg(leader.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _healthy(url: str, timeout: float = HEALTH_TIMEOUT_S) -> bool:
     import httpx
 
@@ -168,6 +180,9 @@ class LocalServer:
         self.in_use_path = self.state / "in-use.lock"
         self.idle_s = idle_s
         self._in_use: IO[str] | None = None
+        # `prefect server start --background` while this command starts the server: its
+        # process group holds the server until the start is complete (`abandon_start`).
+        self._starting: subprocess.Popen[str] | None = None
 
     # -- what is running -------------------------------------------------------------------
 
@@ -213,13 +228,28 @@ class LocalServer:
         port = _free_port()
         url = f"http://127.0.0.1:{port}/api"
         cmd = ["server", "start", "--background", "--host", "127.0.0.1", "--port", str(port)]
-        # No services: commands need only the API; the scheduler and friends cost start-up.
-        done = self._prefect(*cmd, "--no-services")
+        try:
+            # No services: commands need only the API; the scheduler and friends cost start-up.
+            url = self._start_server(url, port, [*cmd, "--no-services"])
+        except BaseException:
+            self.abandon_start()  # an error or a stop (SystemExit) mid-start: no orphan
+            raise
+        self._starting = None  # complete: the watcher stops it once idle
+        return url
+
+    def _start_server(self, url: str, port: int, cmd: list[str]) -> str:
+        from kindex_etl.ingestion import progress
+
+        # A stop between the process's start and its being noted here would orphan it: it
+        # waits for these two steps (`progress.shielded`; the signal handler defers to it).
+        with progress.shielded():
+            self._starting = self._popen_prefect(*cmd)
+        out, err = self._starting.communicate(timeout=120)
         pid_file = self.home / "server.pid"
-        if done.returncode != 0 or not pid_file.exists():
+        if self._starting.returncode != 0 or not pid_file.exists():
             raise PrefectUnavailable(
                 "could not start the local Prefect server: "
-                + ((done.stderr or done.stdout).strip().splitlines() or ["no output"])[-1]
+                + ((err or out).strip().splitlines() or ["no output"])[-1]
             )
         pid = int(pid_file.read_text().strip())
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -264,6 +294,39 @@ class LocalServer:
             self._prefect("server", "stop")
         else:
             pid_file.unlink(missing_ok=True)
+
+    def abandon_start(self) -> None:
+        """Stop a server this command began to start and did not finish starting (a stop, an
+        error): without this, Ctrl-C during the first command's start left a uvicorn server
+        with no watcher, ppid 1, while `server status` said "not running" (issue 54).
+
+        `prefect server start --background` runs the server as its child, in the process
+        group it leads (its own session: `_popen_prefect`); the group goes, whichever of the
+        two is still alive. Bounded: SIGTERM, up to 2 s, then SIGKILL.
+        """
+        proc, self._starting = self._starting, None
+        if proc is None:
+            return
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+            deadline = time.monotonic() + 2.0
+            while _group_alive(proc) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not _group_alive(proc):
+                break
+        (self.home / "server.pid").unlink(missing_ok=True)  # its process is gone
+
+    def _popen_prefect(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "prefect", *args],
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # as `_prefect`: the group is the server's (see there)
+        )
 
     def _prefect(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -378,7 +441,9 @@ def local_server(cfg: Settings) -> LocalServer:
 
 
 def release() -> None:
+    """The end of a command, or its stop: a start it left unfinished goes, its hold ends."""
     if _server is not None:
+        _server.abandon_start()
         _server.release()
 
 

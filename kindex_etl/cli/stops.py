@@ -5,6 +5,7 @@ a stop need not unwind Prefect's engine (which takes a minute and prints pages o
 It waits only while a commit is being made visible (record, publish, snapshot; see
 `progress.shielded`), bounded by GRACE_S, prints what was committed and that a re-run continues,
 and exits at once. Staged files of the batch in flight are orphans the next run removes.
+Before it exits, the command's flow runs are marked `Cancelled` in Prefect (`flow_runs`).
 """
 
 from __future__ import annotations
@@ -67,6 +68,20 @@ def _line(signum: int) -> str:
     return f"kindex-etl: {name}: {done}; run the same command again to continue"
 
 
+def _end_flow_runs(signum: int) -> None:
+    """The flow runs of this process end `Cancelled` in Prefect, not `Running` for good (the
+    engine is never unwound: `kindex_etl.flow_runs`). Only where a flow ran: no Prefect import."""
+    if "prefect" not in sys.modules:
+        return
+    from kindex_etl import flow_runs
+
+    how = "Ctrl-C (SIGINT)" if signum == signal.SIGINT else "SIGTERM"
+    flow_runs.end_unfinished(
+        f"kindex-etl was stopped by {how}; what was committed stays, and the same command continues"
+    )
+    flow_runs.forget_ledger()  # ended: nothing for the next command to mark Crashed
+
+
 @contextmanager
 def clean_stops(before_exit: Callable[[], None] = lambda: None) -> Iterator[None]:
     """Within the block, SIGINT / SIGTERM end the process cleanly (see module doc)."""
@@ -79,6 +94,7 @@ def clean_stops(before_exit: Callable[[], None] = lambda: None) -> Iterator[None
         try:
             before_exit()
             print(_line(signum), file=sys.stderr, flush=True)
+            _end_flow_runs(signum)
         finally:
             os._exit(128 + signum)
 

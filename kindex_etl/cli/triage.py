@@ -47,14 +47,18 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kindex_etl.cli import checks
     from kindex_etl.config import settings
     from kindex_etl.report.triage import TriageError, record_verdict
-    from kindex_etl.storage import StorageError, open_store
+    from kindex_etl.storage import StorageError
 
     url = str(args.warehouse or settings().warehouse)
+    # The checks and words of every command (`no warehouse at ...`, `warehouse: no such
+    # bucket`), before a change is looked up in a table that cannot be there (issue 54).
+    store = checks.warehouse(url)
     try:
         row = record_verdict(
-            open_store(url, create=False),
+            store,
             args.change_id,
             args.state,
             note=args.note,

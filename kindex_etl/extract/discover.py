@@ -27,6 +27,12 @@ def _folder(key: str) -> str:
     return key.rsplit("/", 1)[0] + "/" if "/" in key else ""
 
 
+def any_csv(store: ObjectStore, prefix: str = "") -> bool:
+    """Whether `discover` could find anything under `prefix`: stops at the first `*.csv`, so a
+    large upstream costs one listing page, an empty one a single request."""
+    return any(o.key.lower().endswith(".csv") for o in store.list(prefix))
+
+
 def discover(
     store: ObjectStore,
     *,

@@ -11,6 +11,7 @@ from kindex_etl.ingestion.run import (
     ingest_batch,
     plan,
     recover,
+    require_objects,
 )
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "plan",
     "recover",
     "replay",
+    "require_objects",
 ]

@@ -18,7 +18,8 @@ from typing import Any
 from kindex_etl.catalog import Catalog, default_catalog
 from kindex_etl.config import settings
 from kindex_etl.contracts.versions import sort_versions
-from kindex_etl.extract.discover import Candidate, discover, pending
+from kindex_etl.errors import EmptyUpstream
+from kindex_etl.extract.discover import Candidate, any_csv, discover, pending
 from kindex_etl.extract.read import count_lines, read_batches
 from kindex_etl.ingestion.batch import Ingestor, Source
 from kindex_etl.ingestion.commit import BatchOutcome, commit_sources
@@ -130,6 +131,22 @@ def plan(
         versions_before=frozenset(warehouse.versions() if warehouse is not None else ()),
         recovered=dict(recovered or {}),
     )
+
+
+def require_objects(upstream_url: str, prefix: str = "") -> None:
+    """Raise EmptyUpstream unless some upstream CSV lies under `prefix`; creates nothing.
+
+    An ingest of nothing used to succeed ("objects: 0 seen"): `--prefix benchmarsk/` in a cron
+    job never failed, and an empty folder became an empty warehouse (issue 54). The CLI and the
+    flows call this before anything is written; `allow_empty` callers skip it.
+    """
+    upstream = open_store(upstream_url)
+    if not any_csv(upstream, prefix):
+        where = upstream.url + (f" (prefix {prefix!r})" if prefix else "")
+        raise EmptyUpstream(
+            f"upstream: no CSV under {where}; nothing was done (a typo? --allow-empty "
+            "accepts an empty upstream)"
+        )
 
 
 def idle_summary(
@@ -279,4 +296,5 @@ __all__ = [
     "ingestor_for",
     "plan",
     "recover",
+    "require_objects",
 ]

@@ -94,3 +94,22 @@ def many_rows_upstream(root: Path, objects: int, rows: int) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(header + "".join(lines))
     return objects * rows
+
+
+def flow_run_states(api_url: str, warehouse: Path) -> dict[str, list[str]]:
+    """What Prefect's server says of the flow runs on `warehouse`: flow name -> state types
+    (read from the server's REST API, not from this process)."""
+    import httpx
+
+    api = api_url.rstrip("/")
+    runs = httpx.post(f"{api}/flow_runs/filter", json={"limit": 200}, timeout=10).json()
+    names: dict[str, str] = {}
+    states: dict[str, list[str]] = {}
+    for run in runs:
+        if run["parameters"].get("warehouse") != str(warehouse):
+            continue
+        flow_id = run["flow_id"]
+        if flow_id not in names:
+            names[flow_id] = httpx.get(f"{api}/flows/{flow_id}", timeout=10).json()["name"]
+        states.setdefault(names[flow_id], []).append(run["state_type"])
+    return states

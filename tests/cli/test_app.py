@@ -63,6 +63,7 @@ def test_every_flag_of_every_command_has_help():
 def test_errors_are_one_line_with_the_right_exit_code(tmp_path, capsys, argv, code, message):
     # In-process: these fail before Prefect is ever imported (a subprocess proves no more).
     (tmp_path / "up").mkdir()
+    (tmp_path / "up" / "a.csv").write_text("x\n")  # not empty: an empty one is an error too
     (tmp_path / "file").write_text("a file, not a folder")
     argv = [a.format(tmp=tmp_path) for a in argv]
     try:

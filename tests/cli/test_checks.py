@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 import time
 
+import pytest
+
 from kindex_etl.cli.app import main
 from kindex_etl.cli.server import _free_port
 
@@ -29,11 +31,23 @@ def test_missing_credentials(tmp_path, capsys, monkeypatch, moto_server, s3_buck
     assert code == 2 and "no AWS credentials found" in line and elapsed < 5
 
 
-def test_missing_bucket(tmp_path, capsys, moto_server):
-    code, line, elapsed = _run(
-        capsys, "quarantine", "--warehouse", "s3://kindex-no-such-bucket-4f1c/wh"
+@pytest.mark.parametrize(
+    "argv", [["quarantine"], ["triage", "0123456789abcdef", "--state", "invalid"]], ids=" ".join
+)
+def test_missing_bucket(tmp_path, capsys, moto_server, argv):
+    # Issue 54: triage printed a raw `_kindex/last_checkpoint.json ... NoSuchBucket`.
+    code, line, elapsed = _run(capsys, *argv, "--warehouse", "s3://kindex-no-such-bucket-4f1c/wh")
+    assert code == 2 and line.startswith("kindex-etl: error: warehouse: ") and elapsed < 5
+    assert "no such bucket" in line
+
+
+def test_triage_of_a_missing_folder_says_warehouse(tmp_path, capsys):
+    # Issue 54: "not a directory" without the `warehouse:` every other command says.
+    code, line, _ = _run(
+        capsys, "triage", "0123456789abcdef", "--state", "invalid", "--warehouse", f"{tmp_path}/x"
     )
-    assert code == 2 and "no such bucket" in line and elapsed < 5
+    assert code == 2 and line == f"kindex-etl: error: warehouse: not a directory: {tmp_path}/x"
+    assert not (tmp_path / "x").exists()
 
 
 def test_unreachable_endpoint(tmp_path, capsys, monkeypatch, moto_server, s3_bucket):

@@ -3,12 +3,16 @@ one local server is shared, never started twice, and stopped when idle."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -180,6 +184,9 @@ def test_a_run_with_nothing_to_do_answers_without_prefect(tmp_path, cli_env):
     from kindex_etl import IngestOptions, ingest
 
     ingest(str(upstream), str(warehouse), IngestOptions(trigger=False))  # every object is in now
+    from kindex_etl.analysis.run import run_regressions
+
+    run_regressions(str(warehouse))  # and analysed, as an ingest's chained analysis leaves it
     env = _dead_api_env(cli_env, tmp_path)
     args = ("--upstream", str(upstream), "--warehouse", str(warehouse))
     done = kindex(env, "ingest", *args, "--json")
@@ -213,3 +220,76 @@ def test_a_warehouse_left_mid_publish_is_work_even_with_nothing_new(tmp_path, cl
         "--upstream", str(upstream), "--warehouse", str(warehouse),
     )  # fmt: skip
     assert done.returncode == 2 and "does not answer" in done.stderr
+
+
+def _processes_of(state: Path) -> dict[int, str]:
+    """Live processes (not zombies) of this state dir's server: the Prefect CLI starting it and
+    the server itself (their environment names its PREFECT_HOME), and the idle watcher (its
+    command line names the state dir). pid -> what it is."""
+    home = f"PREFECT_HOME={state / 'prefect'}".encode()
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        watcher = "kindex_etl.cli.server" in cmdline and str(state) in cmdline
+        if home in environ or watcher:
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def _when(milestone: str, state: Path) -> bool:
+    pid_file = state / "prefect" / "server.pid"
+    if milestone == "started":
+        return True
+    if milestone == "home made":  # the command has begun the start
+        return (state / "prefect").is_dir()
+    if milestone == "server spawned":  # Prefect's CLI has started uvicorn
+        return pid_file.is_file() and pid_file.read_text().strip() != ""
+    # "migrating": uvicorn has been up a while (a fresh database takes seconds to migrate)
+    return pid_file.is_file() and time.time() - pid_file.stat().st_mtime > 2.0
+
+
+@pytest.mark.parametrize("milestone", ["started", "home made", "server spawned", "migrating"])
+def test_a_stop_at_any_point_of_the_server_start_leaves_no_orphan(tmp_path, milestone):
+    """Issue 54: Ctrl-C while the first command started the local server left a uvicorn
+    server (ppid 1, no idle watcher) while `server status` said "not running"."""
+    from tests.cli.conftest import clean_env
+
+    state = tmp_path / "state"
+    env = clean_env(KINDEX_STATE_DIR=str(state), HOME=str(tmp_path / "home"))
+    write_csv(tmp_path / "up" / "benchmarks" / "abc1234-v0.8.0" / "benchmark.csv", [seed_row()])
+    argv = ["ingest", "--upstream", str(tmp_path / "up"), "--warehouse", str(tmp_path / "wh")]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kindex_etl.cli", *argv],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _when(milestone, state):
+            assert proc.poll() is None and time.monotonic() < deadline, milestone
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        # 130: our handler; -SIGINT: Python's own, before the command installed it.
+        assert proc.returncode in (130, -signal.SIGINT), err
+        status = kindex(env, "server", "status", "--json")
+        assert status.returncode == 0, status.stderr
+        running = json.loads(status.stdout)["running"]
+        left = _processes_of(state)
+        if running:  # the start was complete: a whole server, with its watcher
+            assert any("kindex_etl.cli.server" in c for c in left.values()), left
+        else:
+            assert left == {}, f"orphans at {milestone!r}: {left}"
+    finally:
+        proc.kill()
+        proc.wait()
+        for pid in _processes_of(state):  # what this test started, should it have failed
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.cli.conftest import kindex, many_rows_upstream
+from tests.cli.conftest import flow_run_states, kindex, many_rows_upstream
 from tests.helpers import table
 
 
@@ -60,6 +60,8 @@ def test_a_stop_mid_ingest_is_quick_clean_and_a_rerun_completes(
     committed = table(warehouse, "benchmark_runs").num_rows
     assert 0 < committed < total
     assert f"{committed:,} runs" in last
+    # Issue 54: Prefect showed the stopped run as Running for good.
+    assert flow_run_states(warm_server, warehouse) == {"kindex-backfill": ["CANCELLED"]}
     again = kindex(
         cli_env, "ingest", "--upstream", str(upstream), "--warehouse", str(warehouse), "--json",
         "--no-trigger",
@@ -94,3 +96,27 @@ def test_a_stop_right_after_a_maintenance_commit_says_it_was_made(tmp_path, monk
         "kindex-etl: interrupted: the warehouse moved from commit 3 to 4 (commit 4, each whole); "
         "run the same command again to continue",
     ]
+
+
+def test_a_killed_commands_flow_run_is_crashed_by_the_next_command(tmp_path, cli_env, warm_server):
+    """Issue 54: a kill cannot say anything, and its run stayed Running in Prefect. The next
+    command that starts Prefect marks it Crashed (the killed command's ledger of its runs)."""
+    upstream, warehouse = tmp_path / "up", tmp_path / "wh"
+    many_rows_upstream(upstream, objects=6, rows=40_000)
+    proc = _start(
+        cli_env, "backfill", "--upstream", str(upstream), "--warehouse", str(warehouse),
+        "--objects-per-batch", "1",
+    )  # fmt: skip
+    _wait_for(proc, "batch 1/6")
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert flow_run_states(warm_server, warehouse) == {"kindex-backfill": ["RUNNING"]}
+    again = kindex(
+        cli_env, "ingest", "--upstream", str(upstream), "--warehouse", str(warehouse),
+        "--no-trigger", "--no-regressions",
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert flow_run_states(warm_server, warehouse) == {
+        "kindex-backfill": ["CRASHED"],
+        "kindex-ingest": ["COMPLETED"],
+    }

@@ -30,6 +30,8 @@ READERS_AND_MAINTAINERS = [
     ["regressions", "--dry-run"],
     ["compact"],
     ["vacuum"],
+    # Issue 54: triage said "no change ... in the regressions table" here.
+    ["triage", "0123456789abcdef", "--state", "invalid"],
 ]
 
 

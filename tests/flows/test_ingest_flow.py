@@ -206,3 +206,21 @@ def test_a_deployment_run_naming_another_warehouse_creates_its_limit(
         limit = client.read_global_concurrency_limit_by_name(warehouse_limit_name(str(warehouse)))
         assert client.read_flow_run(flow_run.id).state.is_completed()  # type: ignore[union-attr]
     assert (limit.limit, limit.active, limit.active_slots) == (1, True, 0)
+
+
+def test_a_scheduled_run_with_an_empty_prefix_fails_and_writes_nothing(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    """Issue 54: a deployment's run with a mistyped prefix succeeded on nothing, every hour."""
+    from flows.ingest import run_ingest_flow
+    from kindex_etl.errors import EmptyUpstream
+
+    warehouse = tmp_path / "wh"
+    state = run_ingest_flow(
+        upstream=str(upstream.root), warehouse=str(warehouse), prefix="benchmarsk/",
+        return_state=True,
+    )  # fmt: skip
+    assert state.is_failed()
+    with pytest.raises(EmptyUpstream, match=r"no CSV under .* \(prefix 'benchmarsk/'\)"):
+        state.result()
+    assert not warehouse.exists()
