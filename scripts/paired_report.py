@@ -59,15 +59,25 @@ def render(fixture: Path) -> str:
         gpu, host = c.get("gpu", {}), c.get("host", {})
         sittings = ", ".join(
             f"{s['kernel']} {s['sitting']} ({s['seconds']:.0f} s"
-            + (", a side exited non-zero" if any(s["returncodes"].values()) else "")
+            + (
+                ", cut by the device call's limit: partial"
+                if s.get("partial")
+                else ", a side exited non-zero"
+                if any(s["returncodes"].values())
+                else ""
+            )
             + ")"
             for s in c["sittings"]
         )
         skipped = ", ".join(f"{s['kernel']} {s['sitting']}" for s in c.get("skipped", []))
+        facts = (
+            f"driver {gpu['driver']}, power limit {gpu['powerLimitW']} W, max SM clock "
+            f"{gpu['maxSmClockMHz']} MHz"
+            if gpu.get("driver")
+            else "its facts not recorded: campaign.json written by hand"
+        )
         out += [
-            f"**Campaign `{c['campaignId']}`**: {gpu.get('name')} (driver {gpu.get('driver')}, "
-            f"power limit {gpu.get('powerLimitW')} W, max SM clock {gpu.get('maxSmClockMHz')} "
-            f"MHz), torch {host.get('torch')}, triton {host.get('triton')}; {c['pairs']} batch "
+            f"**Campaign `{c['campaignId']}`**: {gpu.get('name')} ({facts}), torch {host.get('torch')}, triton {host.get('triton')}; {c['pairs']} batch "
             f"pairs per point after {c['heatMs']:.0f} ms of heat per side, clock tolerance "
             f"{c['clockTolerance'] * 100:.0f} %; started {c['startedAt']}, budget "
             f"{c['budgetSeconds']:.0f} s. Sittings: {sittings}."

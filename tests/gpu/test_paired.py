@@ -134,6 +134,16 @@ def test_h100_aa_per_kernel(h100: list[paired_ab.Point]) -> None:
     assert not acc["rope"]["meets"] and acc["rope"]["over2"] == 4
 
 
+def test_h100_fused_linear_cross_entropy_partial_aa() -> None:
+    # The device call's limit cut this sitting after 9 forward points (campaign.json written
+    # by hand, saying so): liger's forward is CUPTI (its capture fails), torch's a graph.
+    points = paired_ab.load([FIXTURE / "campaign-h100flce"])
+    assert len(points) == 9 and {p.mode for p in points} == {"forward"}
+    acc = paired_ab.acceptance(points)["fused_linear_cross_entropy"]
+    assert acc["meets"] and acc["max"] < 0.3 and acc["pairs"] == 9
+    assert {p.method for p in points if p.provider == "liger"} == {"cupti"}
+
+
 def test_h100_swiglu_slowdown_is_found_and_its_controls_are_not(
     h100: list[paired_ab.Point],
 ) -> None:
