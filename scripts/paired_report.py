@@ -77,7 +77,8 @@ def render(fixture: Path) -> str:
             else "its facts not recorded: campaign.json written by hand"
         )
         out += [
-            f"**Campaign `{c['campaignId']}`**: {gpu.get('name')} ({facts}), torch {host.get('torch')}, triton {host.get('triton')}; {c['pairs']} batch "
+            f"**Campaign `{c['campaignId']}`**: {gpu.get('name')} ({facts}), "
+            f"torch {host.get('torch')}, triton {host.get('triton')}; {c['pairs']} batch "
             f"pairs per point after {c['heatMs']:.0f} ms of heat per side, clock tolerance "
             f"{c['clockTolerance'] * 100:.0f} %; started {c['startedAt']}, budget "
             f"{c['budgetSeconds']:.0f} s. Sittings: {sittings}."
