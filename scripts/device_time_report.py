@@ -89,8 +89,28 @@ def _injection(series: Sequence[ab.Series]) -> list[str]:
             upstream += "alert |" if up.alert else " |"
         rows.append(
             f"| {s.provider} | {s.mode} | {s.x} | {s.method} | "
-            f"{dev.ratio:.4f} ({dev.low:.4f} to {dev.high:.4f}) | {flag} | {upstream}"
+            f"{dev.ratio:.4f} ({dev.low:.4f} to {dev.high:.4f}) | {flag} | "
+            f"{dev.detectable * 100:.2f} % | {upstream}"
         )
+    return rows
+
+
+def _detectable(series: Sequence[ab.Series], group: str) -> list[str]:
+    """Per kernel, pass and timer: the smallest change its A/B comparisons could see (median
+    and largest over its series), from each timer's own A/A noise model (issue 53)."""
+    rows = []
+    for timer in ("device", "upstream"):
+        sub = ab.by_timer(series, timer)
+        comparisons = ab.ab(sub, ab.fit_noise(sub))
+        by: dict[tuple[str, str], list[float]] = {}
+        for c in comparisons:
+            by.setdefault((c.series.kernel, c.series.mode), []).append(c.detectable * 100)
+        for (kernel, mode), values in sorted(by.items()):
+            values.sort()
+            rows.append(
+                f"| {group} | {kernel} | {mode} | {timer} | {len(values)} | "
+                f"{_pct(values[len(values) // 2])} | {_pct(values[-1])} |"
+            )
     return rows
 
 
@@ -150,10 +170,26 @@ def render(fixture: Path = FIXTURE) -> str:
         "backward and the huggingface provider do not (the controls). Ratio: candidate over "
         "baseline, geometric means of 3 repeats each, with the 95 % interval.",
         "",
-        "| provider | pass | T | method | device time ratio | | upstream timer ratio | |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| provider | pass | T | method | device time ratio | | smallest visible (device) | "
+        "upstream timer ratio | |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     out += _injection(loaded["deliberate slowdown"])
+    out += [
+        "",
+        "## The smallest change each A/B could see",
+        "",
+        "Per kernel, pass and timer, over its A/B series: the change a comparison would alert "
+        "on, max(minimum effect, e^(4 se) - 1), se the comparison's standard error under the "
+        "timer's own A/A noise model (or its repeats' spread, the larger). Shown beside each "
+        "point's ratio above; the paired protocol's page has the same per point "
+        "([h100-paired-device-time-0.8.5.md](h100-paired-device-time-0.8.5.md)).",
+        "",
+        "| campaign | kernel | pass | timer | A/B series | median | largest |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for group in ("0.8.5 against 0.8.4", "deliberate slowdown"):
+        out += _detectable(loaded[group], group)
     out += [
         "",
         "## Protocols seen",

@@ -199,6 +199,13 @@ class Comparison:
     alert: bool
     runs: tuple[int, int]
 
+    @property
+    def detectable(self) -> float:
+        """The smallest change (a fraction) this comparison would alert on: Z standard errors
+        of its own (the 95 % interval's), and never under the timer's minimum effect."""
+        se = (math.log(self.high) - math.log(self.low)) / (2 * 1.96)
+        return max(MIN_EFFECT[self.series.timer], math.exp(Z * se) - 1)
+
 
 def compare(
     s: Series, model: NoiseModel, cand: Sequence[Figure], base: Sequence[Figure],

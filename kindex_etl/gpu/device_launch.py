@@ -51,6 +51,76 @@ def _quantiles(values: list[float]) -> list[float]:
     return out
 
 
+# NVML's clock event ("throttle") reasons. Idle and the applications-clocks setting are no
+# slowdown; every other bit (power cap, thermal, HW slowdown, sync boost...) marks a point.
+THROTTLE_NAMES = {
+    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
+    0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
+}  # fmt: skip
+NOT_A_SLOWDOWN = 0x1 | 0x2
+_nvml: dict[str, Any] = {}
+
+
+def _nvml_handle() -> Any:
+    """The NVML handle of the GPU this process computes on (None without nvidia-ml-py)."""
+    if "handle" in _nvml:
+        return _nvml["handle"]
+    handle = None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = None
+        with contextlib.suppress(Exception):
+            import torch
+
+            uuid = str(torch.cuda.get_device_properties(0).uuid)
+            handle = pynvml.nvmlDeviceGetHandleByUUID(
+                uuid if uuid.startswith("GPU-") else f"GPU-{uuid}"
+            )
+        if handle is None:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
+        _nvml["module"] = pynvml
+    except Exception as exc:  # no nvidia-ml-py, no driver: the figures go without a state
+        _nvml["error"] = f"{type(exc).__name__}: {exc}"[:200]
+        handle = None
+    _nvml["handle"] = handle
+    return handle
+
+
+def gpu_state() -> dict[str, Any] | None:
+    """The GPU's state now: SM and memory clocks (MHz), power draw (W), temperature (C) and the
+    clock event reasons (NVML's bit mask, and their names); None where NVML cannot be read."""
+    handle = _nvml_handle()
+    if handle is None:
+        return None
+    nv = _nvml["module"]
+    out: dict[str, Any] = {}
+    readers = {
+        "smClockMHz": lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM),
+        "memClockMHz": lambda: nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_MEM),
+        "powerW": lambda: round(nv.nvmlDeviceGetPowerUsage(handle) / 1000.0, 1),
+        "temperatureC": lambda: nv.nvmlDeviceGetTemperature(handle, nv.NVML_TEMPERATURE_GPU),
+        "throttleReasons": lambda: int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(handle)),
+    }
+    for key, read in readers.items():
+        try:
+            out[key] = read()
+        except Exception:
+            out[key] = None
+    reasons = out.get("throttleReasons")
+    out["throttled"] = bool(reasons is not None and reasons & ~NOT_A_SLOWDOWN)
+    out["throttleNames"] = [n for bit, n in THROTTLE_NAMES.items() if (reasons or 0) & bit]
+    return out
+
+
+def throttled(*states: dict[str, Any] | None) -> bool:
+    """Whether any of these states had a slowdown reason set (a marked point)."""
+    return any(s is not None and s.get("throttled") for s in states)
+
+
 def _point() -> dict[str, Any] | None:
     """The benchmark point being timed, from the nearest `run_benchmarks` frame up the stack."""
     frame = sys._getframe(2)
@@ -77,56 +147,95 @@ def _clear(grads: Any) -> None:
         t.grad = None
 
 
-def _graph_time(fn: Any, grads: Any, p: dict[str, Any]) -> dict[str, Any]:
-    import torch
+class GraphTimer:
+    """`cuda_graph`, in steps: warm-up and capture (`__init__`), then any number of
+    `measure(per_batch)` over the one graph (the paired protocol measures each side several
+    times, the single protocol once), then `close`."""
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(p["warmupCalls"]):
+    method = "cuda_graph"
+
+    def __init__(self, fn: Any, grads: Any, p: dict[str, Any]) -> None:
+        import torch
+
+        self.p, self.grads = p, grads
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(p["warmupCalls"]):
+                _clear(grads)
+                fn()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        self.graph: Any = torch.cuda.CUDAGraph()
+        _clear(grads)
+        with torch.cuda.graph(self.graph):
             _clear(grads)
             fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    _clear(grads)
-    with torch.cuda.graph(graph):
-        _clear(grads)
-        fn()
-    try:
-        # Estimate one replay, then size batches so each lasts about `batchTargetUs`.
-        for _ in range(p["warmupReplays"]):
-            graph.replay()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(p["warmupReplays"]):
-            graph.replay()
-        end.record()
-        end.synchronize()
-        estimate_us = max(start.elapsed_time(end) * 1000 / p["warmupReplays"], 1e-3)
-        per_batch = int(
-            min(p["maxReplaysPerBatch"], max(1, round(p["batchTargetUs"] / estimate_us)))
-        )
+        try:
+            # Estimate one replay, then size batches so each lasts about `batchTargetUs`.
+            for _ in range(p["warmupReplays"]):
+                self.graph.replay()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(p["warmupReplays"]):
+                self.graph.replay()
+            end.record()
+            end.synchronize()
+            self.estimate_us = max(start.elapsed_time(end) * 1000 / p["warmupReplays"], 1e-3)
+        except BaseException:
+            self.close()
+            raise
+
+    def per_batch(self, estimate_us: float | None = None) -> int:
+        p, us = self.p, estimate_us or self.estimate_us
+        return int(min(p["maxReplaysPerBatch"], max(1, round(p["batchTargetUs"] / us))))
+
+    def measure(self, per_batch: int | None = None) -> dict[str, Any]:
+        import torch
+
+        n = per_batch or self.per_batch()
         events = [
             (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-            for _ in range(p["batches"])
+            for _ in range(self.p["batches"])
         ]
+        before = gpu_state()
         for s, e in events:
             s.record()
-            for _ in range(per_batch):
-                graph.replay()
+            for _ in range(n):
+                self.graph.replay()
             e.record()
+        busy = gpu_state()  # the batches are queued: the GPU is working on them now
         torch.cuda.synchronize()
-        per_replay_ms = [s.elapsed_time(e) / per_batch for s, e in events]
+        after = gpu_state()
+        per_replay_ms = [s.elapsed_time(e) / n for s, e in events]
+        p50, p20, p80 = _quantiles(per_replay_ms)
+        return {
+            "method": "cuda_graph",
+            "p50_ms": p50, "p20_ms": p20, "p80_ms": p80,
+            "batches": self.p["batches"], "replaysPerBatch": n,
+            **_states(before, busy, after),
+        }  # fmt: skip
+
+    def close(self) -> None:
+        self.graph = None
+        _clear(self.grads)
+
+
+def _states(before: Any, busy: Any, after: Any) -> dict[str, Any]:
+    """The GPU's state around one measurement, and whether a slowdown reason was set."""
+    if before is None and busy is None and after is None:
+        return {}
+    return {"gpu": {"before": before, "busy": busy, "after": after},
+            "throttled": throttled(before, busy, after)}  # fmt: skip
+
+
+def _graph_time(fn: Any, grads: Any, p: dict[str, Any]) -> dict[str, Any]:
+    timer = GraphTimer(fn, grads, p)
+    try:
+        return timer.measure()
     finally:
-        del graph
-        _clear(grads)
-    p50, p20, p80 = _quantiles(per_replay_ms)
-    return {
-        "method": "cuda_graph",
-        "p50_ms": p50, "p20_ms": p20, "p80_ms": p80,
-        "batches": p["batches"], "replaysPerBatch": per_batch,
-    }  # fmt: skip
+        timer.close()
 
 
 def _device_events(prof: Any) -> list[tuple[float, float]]:
@@ -141,39 +250,89 @@ def _device_events(prof: Any) -> list[tuple[float, float]]:
     return out
 
 
-def _cupti_time(fn: Any, grads: Any, p: dict[str, Any]) -> dict[str, Any]:
-    import torch
-    from torch.profiler import ProfilerActivity, profile
+class CuptiTimer:
+    """`cupti`, in steps: warm-up calls (`__init__`), then any number of `measure()`, each
+    `profiledCalls` calls under the profiler."""
 
-    for _ in range(p["warmupCalls"]):
-        _clear(grads)
-        fn()
-    torch.cuda.synchronize()
-    calls = p["profiledCalls"]
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
+    method = "cupti"
+
+    def __init__(self, fn: Any, grads: Any, p: dict[str, Any]) -> None:
+        import torch
+
+        self.fn, self.grads, self.p = fn, grads, p
+        for _ in range(p["warmupCalls"]):
             _clear(grads)
             fn()
         torch.cuda.synchronize()
+        self.estimate_us = 0.0
+
+    def per_batch(self, estimate_us: float | None = None) -> int:
+        return 1
+
+    def measure(self, per_batch: int | None = None) -> dict[str, Any]:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+
+        calls = self.p["profiledCalls"]
+        before = gpu_state()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                _clear(self.grads)
+                self.fn()
+            busy = gpu_state()
+            torch.cuda.synchronize()
+        after = gpu_state()
+        _clear(self.grads)
+        events = _device_events(prof)
+        if not events:
+            raise RuntimeError("the profiler saw no device activity")
+        # Every call launches the same sequence after warm-up: split it per call where it divides.
+        per_call = len(events) // calls if len(events) % calls == 0 else 0
+        if per_call:
+            sums = [
+                sum(d for _, d in events[i * per_call : (i + 1) * per_call]) / 1000
+                for i in range(calls)
+            ]
+            p50, p20, p80 = _quantiles(sums)
+        else:
+            p50 = p20 = p80 = sum(d for _, d in events) / 1000 / calls
+        self.estimate_us = p50 * 1000
+        return {
+            "method": "cupti",
+            "p50_ms": p50, "p20_ms": p20, "p80_ms": p80,
+            "calls": calls, "kernelsPerCall": per_call or len(events) / calls,
+            **_states(before, busy, after),
+        }  # fmt: skip
+
+    def close(self) -> None:
+        _clear(self.grads)
+
+
+def _cupti_time(fn: Any, grads: Any, p: dict[str, Any]) -> dict[str, Any]:
+    timer = CuptiTimer(fn, grads, p)
+    try:
+        return timer.measure()
+    finally:
+        timer.close()
+
+
+def make_timer(fn: Any, grads: Any, p: dict[str, Any], mode: str = "") -> Any:
+    """The protocol's timer for this pass, prepared (as `device_time` picks it, CUPTI where a
+    CUDA graph cannot be captured, the capture's error kept as `captureError`)."""
+    import torch
+
+    torch.cuda.synchronize()
+    if p["methodByMode"].get(mode, p["methodByMode"]["*"]) == "cupti":
+        return CuptiTimer(fn, grads, p)
+    try:
+        return GraphTimer(fn, grads, p)
+    except Exception as exc:
+        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"
+    _recover_from_failed_capture()
     _clear(grads)
-    events = _device_events(prof)
-    if not events:
-        raise RuntimeError("the profiler saw no device activity")
-    # Every call launches the same sequence after warm-up: split it per call where it divides.
-    per_call = len(events) // calls if len(events) % calls == 0 else 0
-    if per_call:
-        sums = [
-            sum(d for _, d in events[i * per_call : (i + 1) * per_call]) / 1000
-            for i in range(calls)
-        ]
-        p50, p20, p80 = _quantiles(sums)
-    else:
-        p50 = p20 = p80 = sum(d for _, d in events) / 1000 / calls
-    return {
-        "method": "cupti",
-        "p50_ms": p50, "p20_ms": p20, "p80_ms": p80,
-        "calls": calls, "kernelsPerCall": per_call or len(events) / calls,
-    }  # fmt: skip
+    timer = CuptiTimer(fn, grads, p)
+    timer.capture_error = error  # type: ignore[attr-defined]
+    return timer
 
 
 def device_time(fn: Any, grads: Any, p: dict[str, Any], mode: str = "") -> dict[str, Any]:
@@ -266,6 +425,227 @@ class Recorder:
         return do_bench
 
 
+def clock_state() -> dict[str, Any] | None:
+    """The two NVML readings a paired batch keeps (cheap enough for every batch): SM clock and
+    clock event reasons."""
+    handle = _nvml_handle()
+    if handle is None:
+        return None
+    nv = _nvml["module"]
+    try:
+        reasons = int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(handle))
+        return {"smClockMHz": nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM),
+                "throttleReasons": reasons}  # fmt: skip
+    except Exception:
+        return None
+
+
+class PairedSide:
+    """One side's point in the paired protocol: the prepared callable, timed batch by batch as
+    the coordinator asks (the other side's batches run between them).
+
+    `cuda_graph`: one batch is `n` replays of the captured graph between CUDA events, then a
+    sync (so the other side's batch never overlaps it). `cupti` (backward): the profiler stays
+    open over the point; one batch is `n` calls and a sync, and its time the sum of the device
+    activities of its calls (split per batch in launch order at the end)."""
+
+    def __init__(self, fn: Any, grads: Any, p: dict[str, Any], mode: str) -> None:
+        import torch
+
+        self.p, self.grads, self.fn = p, grads, fn
+        self.timer = make_timer(fn, grads, p, mode)
+        self.method = self.timer.method
+        self.ms: list[float] = []
+        self.calls: list[int] = []
+        self.prof: Any = None
+        self.heat_calls = 0
+        if self.method == "cupti":
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(p["warmupCalls"]):
+                _clear(grads)
+                fn()
+            end.record()
+            end.synchronize()
+            self.estimate_us = max(start.elapsed_time(end) * 1000 / p["warmupCalls"], 1e-3)
+        else:
+            self.estimate_us = self.timer.estimate_us
+
+    def _run(self, n: int) -> None:
+        if self.method == "cupti":
+            for _ in range(n):
+                _clear(self.grads)
+                self.fn()
+        else:
+            for _ in range(n):
+                self.timer.graph.replay()
+
+    def heat(self, ms: float) -> None:
+        """Untimed work for about `ms`: the GPU reaches the clock it will run the batches at."""
+        import torch
+
+        if self.method == "cupti" and self.prof is None:
+            # Open over the heat and the batches: the heat's calls come first, left out at the end.
+            from torch.profiler import ProfilerActivity, profile
+
+            self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            self.prof.__enter__()
+        n = max(1, round(ms * 1000 / self.estimate_us))
+        self._run(n)
+        if self.method == "cupti":
+            self.heat_calls += n
+        torch.cuda.synchronize()
+
+    def batch(self, n: int) -> dict[str, Any]:
+        import torch
+
+        if self.method == "cupti" and self.prof is None:
+            self.heat(0.0)  # opens the profiler (one untimed call, left out)
+
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        self._run(n)
+        end.record()
+        busy = clock_state()  # queued: the GPU is working on this batch now
+        end.synchronize()
+        self.calls.append(n)
+        self.ms.append(start.elapsed_time(end) / n)
+        return {"busy": busy}
+
+    def finish(self) -> dict[str, Any]:
+        """Per batch: one call's or replay's time (ms), and the state now."""
+        out: dict[str, Any] = {"method": self.method}
+        if self.prof is not None:
+            self.prof.__exit__(None, None, None)
+            events = _device_events(self.prof)
+            total = sum(self.calls) + self.heat_calls
+            per_call = len(events) // total if total and len(events) % total == 0 else 0
+            if per_call:
+                ms, i = [], self.heat_calls
+                for n in self.calls:
+                    chunk = events[i * per_call : (i + n) * per_call]
+                    ms.append(sum(d for _, d in chunk) / 1000 / n)
+                    i += n
+                out["ms"] = ms
+                out["kernelsPerCall"] = per_call
+            else:
+                out["error"] = f"{len(events)} device activities for {total} calls"
+                out["ms"] = []
+            self.prof = None
+        else:
+            out["ms"] = self.ms
+        out["state"] = gpu_state()
+        return out
+
+    def close(self) -> None:
+        if self.prof is not None:
+            with contextlib.suppress(Exception):
+                self.prof.__exit__(None, None, None)
+        self.timer.close()
+
+
+class PairedRecorder:
+    """One side of the paired protocol (`device_pair.py` is the coordinator): at each benchmark
+    point the callable is prepared (warm-up, capture) and the coordinator is told; it then asks
+    for timed batches, one at a time, the two sides' batches alternating (ABBA), and says when
+    the point is done. Upstream's timer is not run (the sitting is for the comparison; the CSV
+    the script writes holds this side's median per-batch time)."""
+
+    def __init__(self, protocol: dict[str, Any], script: str, rfd: int, wfd: int) -> None:
+        self.protocol, self.script = protocol, script
+        self.rx = os.fdopen(rfd, "r", encoding="utf-8")
+        self.tx = os.fdopen(wfd, "w", encoding="utf-8")
+        self.calls: dict[str, int] = {}
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.tx.write(json.dumps(message) + "\n")
+        self.tx.flush()
+
+    def receive(self) -> dict[str, Any]:
+        line = self.rx.readline()
+        if not line:
+            raise SystemExit("the coordinator went away")
+        message: dict[str, Any] = json.loads(line)
+        return message
+
+    def point(self, fn: Any, grads: Any, point: dict[str, Any]) -> list[float]:
+        key = json.dumps(point, sort_keys=True)
+        index = self.calls[key] = self.calls.get(key, -1) + 1
+        side, ready = None, {"point": point, "call": index}
+        try:
+            side = PairedSide(fn, grads, self.protocol, point["kernel_operation_mode"])
+            ready |= {"method": side.method, "estimateUs": side.estimate_us,
+                      "state": gpu_state()}  # fmt: skip
+            if getattr(side.timer, "capture_error", None):
+                ready["captureError"] = side.timer.capture_error
+        except Exception as exc:
+            ready["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        self.send({"ready": ready})
+        ms: list[float] = []
+        try:
+            while True:
+                message = self.receive()
+                op = message.get("op")
+                try:
+                    if side is None and op != "done":
+                        raise RuntimeError(ready.get("error", "no timer"))
+                    if op == "heat":
+                        side.heat(float(message["ms"]))  # type: ignore[union-attr]
+                        answer: dict[str, Any] = {}
+                    elif op == "batch":
+                        answer = side.batch(int(message["n"]))  # type: ignore[union-attr]
+                    elif op == "finish":
+                        answer = side.finish()  # type: ignore[union-attr]
+                        ms = [v for v in answer.get("ms", []) if v > 0]
+                    else:
+                        break
+                except Exception as exc:
+                    answer = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                self.send({"answer": answer})
+        finally:
+            if side is not None:
+                side.close()
+            gc.collect()
+            _empty_cache()
+        if not ms:
+            return [math.nan] * 3
+        p50, p20, p80 = _quantiles(ms)
+        return [p50, p20, p80]
+
+    def wrap(self, original: Any) -> Any:
+        def do_bench(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            point = _point()
+            if point is None:
+                return original(fn, *args, **kwargs)  # an autotuner's call: upstream's timer
+            grads = kwargs.get("grad_to_none")
+            if grads is None and len(args) >= 3:
+                grads = args[2]
+            p50, p20, p80 = self.point(fn, grads, point)
+            quantiles = kwargs.get("quantiles")
+            if quantiles is None and len(args) >= 4:
+                quantiles = args[3]
+            if not quantiles:
+                return p50
+            by_q = {0.5: p50, 0.2: p20, 0.8: p80}
+            out = [by_q.get(round(float(q), 3), p50) for q in quantiles]
+            return out[0] if len(out) == 1 else out
+
+        do_bench.__wrapped__ = original  # type: ignore[attr-defined]
+        return do_bench
+
+
+def _empty_cache() -> None:
+    with contextlib.suppress(Exception):
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+PAIR_ENV = "KINDEX_DEVICE_PAIR"
+
+
 def install(out: str, protocol: dict[str, Any], script: str) -> None:
     import triton.testing
 
@@ -281,7 +661,15 @@ def main(argv: list[str]) -> None:
     # neighbours are kindex_etl's modules), its argv, run as __main__.
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     sys.argv = [script, *argv[1:]]
-    install(os.environ["KINDEX_DEVICE_TIME_OUT"], protocol, os.path.basename(script))
+    pair = os.environ.get(PAIR_ENV)
+    if pair:
+        import triton.testing
+
+        fds = json.loads(pair)
+        recorder = PairedRecorder(protocol, os.path.basename(script), fds["rfd"], fds["wfd"])
+        triton.testing.do_bench = recorder.wrap(triton.testing.do_bench)
+    else:
+        install(os.environ["KINDEX_DEVICE_TIME_OUT"], protocol, os.path.basename(script))
     runpy.run_path(script, run_name="__main__")
 
 

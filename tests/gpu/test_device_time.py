@@ -143,6 +143,22 @@ def test_launcher_keeps_upstreams_timer_and_times_each_point_by_device_time(
     )
 
 
+def test_every_point_records_the_gpus_state_and_a_throttled_one_is_marked(
+    tmp_path: Path,
+) -> None:
+    # The STAND-IN pynvml reports SM clock 1,500 MHz and SW power cap (0x4) set (issue 53).
+    records, _ = _launch(tmp_path, {"STANDIN_SM_CLOCK": "1500", "STANDIN_THROTTLE": "0x4"})
+    for rec in records:
+        device = rec["device"]
+        assert device["throttled"] is True
+        for moment in ("before", "busy", "after"):
+            state = device["gpu"][moment]
+            assert state["smClockMHz"] == 1500 and state["powerW"] == 500.0
+            assert state["throttleNames"] == ["sw_power_cap"]
+    calm, _ = _launch(tmp_path / "calm", {"STANDIN_THROTTLE": "0x1"})  # idle: no slowdown
+    assert not any(r["device"]["throttled"] for r in calm)
+
+
 def test_a_device_time_campaign_finds_a_3_percent_slowdown_that_upstreams_timer_misses(
     tmp_path: Path, standin_device: Callable[[], None], monkeypatch: pytest.MonkeyPatch
 ) -> None:

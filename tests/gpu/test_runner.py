@@ -142,6 +142,20 @@ def test_no_slot_starts_past_the_budget(
     assert run.rows == 0 and not result.ok
 
 
+def test_the_budget_estimates_a_slot_by_its_scripts_measured_seconds(
+    standin_sdist: Path, standin_gpus: Callable[[int], None], tmp_path: Path
+) -> None:
+    # rms_norm's catalog estimate is 17 s: a 17.5 s budget fits its first slot only by that
+    # figure. Its measured seconds (well under one) estimate the next slots: all three run.
+    standin_gpus(1)
+    result = run_campaign(
+        STANDIN_VERSION, kernels=["rms_norm"], repeats=3, sdist=standin_sdist,
+        workdir=tmp_path / "w", budget_s=17.5,
+    )  # fmt: skip
+    slots = [s for run in result.runs for s in run.slots]
+    assert len(slots) == 3 and all(s.ok for s in slots), [s.skipped for s in slots]
+
+
 def test_unknown_kernel_and_wrong_version_are_refused(
     standin_sdist: Path, standin_gpus: Callable[[int], None], tmp_path: Path
 ) -> None:
