@@ -5,7 +5,7 @@ change the campaign can see, and each A/B point beside that figure.
 
 Reads the campaign folders of the fixture (tests/fixtures/h100_paired_0.8.5/campaign-*, as
 `scripts/paired_campaign.sh` brought them back) through kindex_etl.gpu.paired_ab, and writes
-the page; tests/gpu/test_paired_fixture.py checks it is current.
+the page; tests/gpu/test_paired.py checks it is current.
 """
 
 from __future__ import annotations
