@@ -169,6 +169,15 @@ def _drop_passthrough_none(tree: ast.AST) -> None:
                 positional = args.posonlyargs + args.args
 
 
+def import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, str]]:
+    """(local name, `module:name as local`) for each name an import statement binds: what two
+    versions of a script compare, however a formatter moved or joined the statements."""
+    prefix = f"{'.' * node.level}{node.module or ''}:" if isinstance(node, ast.ImportFrom) else ""
+    for alias in node.names:
+        local = (alias.asname or alias.name).split(".")[0]
+        yield local, f"{prefix}{alias.name} as {local}"
+
+
 @dataclass
 class Split:
     """A script's code split by provider (see the module docstring)."""
@@ -327,18 +336,12 @@ def split(tree: ast.Module) -> Split:
     bindings: dict[str, set[str]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import | ast.ImportFrom) and owner_of(node) is None:
-            prefix = (
-                f"{'.' * node.level}{node.module or ''}:"
-                if isinstance(node, ast.ImportFrom)
-                else ""
-            )
-            for alias in node.names:
-                local = (alias.asname or alias.name).split(".")[0]
+            for local, binding in import_bindings(node):
                 if local not in loads:
                     continue
                 who = loads[local]
                 for side in ["shared"] if who is None else sorted(who):
-                    bindings.setdefault(side, set()).add(f"{prefix}{alias.name} as {local}")
+                    bindings.setdefault(side, set()).add(binding)
     for provider, names in bindings.items():
         if provider != "shared":
             owned.setdefault(provider, []).extend(sorted(names))

@@ -75,7 +75,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from .script_configs import Config, dead_keys, read_keys
-from .script_providers import Owners, Split
+from .script_providers import Owners, Split, import_bindings
 from .script_providers import split as split_providers
 
 FORMAT = 1
@@ -321,15 +321,9 @@ def _code_digest(tree: ast.Module) -> str:
     imports: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import | ast.ImportFrom):
-            prefix = (
-                f"{'.' * node.level}{node.module or ''}:"
-                if isinstance(node, ast.ImportFrom)
-                else ""
-            )
-            for alias in node.names:
-                local = (alias.asname or alias.name).split(".")[0]
-                if local in used or alias.name == "*":
-                    imports.add(f"{prefix}{alias.name} as {local}")
+            for local, binding in import_bindings(node):
+                if local in used or binding.endswith("* as *"):
+                    imports.add(binding)
         for name in ("body", "orelse", "finalbody"):
             block = getattr(node, name, None)
             if isinstance(block, list) and any(
