@@ -8,7 +8,7 @@ A reference analysis of the untouched folder gives the commits where five or mor
 stepped (`environment` commits) and every kernel's harness revisions of liger's own path
 (`script` commits, `kindex_etl/catalog/harness.json`); every other commit is `quiet`. Each trial
 then draws, seeded, one injection per class and metric where it can (one kernel per commit, no
-kernel twice): from a per-commit folder on, every later folder's rows of that kernel's liger
+kernel twice, no commit measured twice): from a per-commit folder on, every later folder's rows of that kernel's liger
 provider (and that metric) are multiplied by a factor, speed x0.8, x1.2 or x1.5 and memory
 x1.05 or x1.2, as a code change that stays would move them. A code change touches the kernel's
 source, so the trial's sources catalog names that commit for that kernel (the diff a real
@@ -117,6 +117,9 @@ def draw(
     present = {pos: kernels_in(upstream / "benchmarks" / name / "benchmark.csv")
                for pos, name in order}  # fmt: skip
     positions = [pos for pos, _ in order]
+    # A commit measured twice (`0a62700` and `0a62700-v0.6.4`, a week apart) is one point: a
+    # step from the second folder on would split its own point, which no code change does.
+    twice = {pos for pos in positions if positions.count(pos) > 1}
     used_k: set[str] = set()
     used_c: set[int] = set()
     specs = []
@@ -127,7 +130,7 @@ def draw(
                 for kernel in sorted(present[pos].get(metric, ())):
                     seen = sum(kernel in present[p].get(metric, ()) for p in positions[:i])
                     later = sum(kernel in present[p].get(metric, ()) for p in positions[i:])
-                    if seen < 2 or later < 2 or kernel in used_k or pos in used_c:
+                    if seen < 2 or later < 2 or kernel in used_k or pos in used_c | twice:
                         continue
                     revised = any(
                         positions[i - 1] < r <= pos
