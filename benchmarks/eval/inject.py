@@ -8,12 +8,12 @@ A reference analysis of the untouched folder gives the commits where five or mor
 stepped (`environment` commits) and every kernel's harness revisions of liger's own path
 (`script` commits, `kindex_etl/catalog/harness.json`); every other commit is `quiet`. Each trial
 then draws, seeded, one injection per class and metric where it can (one kernel per commit, no
-kernel twice, no commit measured twice): from a per-commit folder on, every later folder's rows of that kernel's liger
-provider (and that metric) are multiplied by a factor, speed x0.8, x1.2 or x1.5 and memory
-x1.05 or x1.2, as a code change that stays would move them. A code change touches the kernel's
-source, so the trial's sources catalog names that commit for that kernel (the diff a real
-change brings; `KINDEX_SOURCES_JSON`). The trial's folder is ingested with `kindex-etl ingest`
-(its analysis chained) into a fresh warehouse.
+kernel twice, no commit measured twice): from a per-commit folder on, every later folder's rows
+of that kernel's liger provider (and that metric) are multiplied by a factor, speed x0.8, x1.2
+or x1.5 and memory x1.05 or x1.2, as a code change that stays would move them. A code change
+touches the kernel's source, so the trial's sources catalog names that commit for that kernel
+(the diff a real change brings; `KINDEX_SOURCES_JSON`). The trial's folder is ingested with
+`kindex-etl ingest` (its analysis chained) into a fresh warehouse.
 
 An injection is found when the kernel's liger series holds a reported change (`alert` for a
 slower or larger step, `improvement` for a faster one) on that metric whose commit range
