@@ -89,6 +89,14 @@ def changes(warehouse: Path) -> dict[str, dict[str, Any]]:
     return {k: v for k, v in latest.items() if v["state"] != "retracted"}
 
 
+def kernel_names(warehouse: Path) -> dict[str, str]:
+    """Upstream's kernel name (`source_kernel`: `dyt_beta=True`) -> the warehouse's (`dyt`)."""
+    files = DeltaTable(str(warehouse / "benchmark_runs")).file_uris()
+    table = ds.dataset(files, format="parquet").to_table(["source_kernel", "kernel"])
+    pairs = table.group_by(["source_kernel", "kernel"]).aggregate([]).to_pylist()
+    return {p["source_kernel"]: p["kernel"] for p in pairs}
+
+
 def classes(reference: dict[str, dict[str, Any]], order: list[tuple[int, str]]) -> dict[int, str]:
     """Per folder position: `environment` where five or more kernels stepped, else `quiet`."""
     shared = {r["after_position"] for r in reference.values() if (r["kernels_at_step"] or 0) >= 5}
@@ -190,12 +198,13 @@ def sources_with(specs: list[dict[str, Any]], out: Path) -> Path:
     return out
 
 
-def found(spec: dict[str, Any], rows: dict[str, dict[str, Any]]) -> bool:
+def found(spec: dict[str, Any], rows: dict[str, dict[str, Any]], names: dict[str, str]) -> bool:
     larger = "larger" if spec["metric"] == "memory" else "slower"
     want = "faster" if spec["factor"] < 1 else larger
     state = "improvement" if spec["factor"] < 1 else "alert"
+    kernel = names.get(spec["kernel"], spec["kernel"])
     return any(
-        r["kernel"] == spec["kernel"]
+        r["kernel"] == kernel
         and r["metric"] == spec["metric"]
         and is_liger(r["kernel"], r["provider"])
         and r["state"] == state
@@ -221,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         ref_wh.parent.mkdir(parents=True)
         ingest(args.upstream, ref_wh, None)
     reference = changes(ref_wh)
+    names = kernel_names(ref_wh)
     kinds = classes(reference, order)
     rng = random.Random(args.seed)
     outcomes: list[dict[str, Any]] = []
@@ -233,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         inject(args.upstream, root / "upstream", order, specs)
         ingest(root / "upstream", root / "warehouse", sources_with(specs, root / "sources.json"))
         rows = changes(root / "warehouse")
-        injected = {s["kernel"] for s in specs}
+        injected = {names.get(s["kernel"], s["kernel"]) for s in specs}
         moved = sum(
             1
             for cid, r in reference.items()
@@ -241,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         crosstalk.append(moved)
         for s in specs:
-            outcomes.append({**s, "trial": trial, "found": found(s, rows)})
+            outcomes.append({**s, "trial": trial, "found": found(s, rows, names)})
         shutil.rmtree(root / "upstream")
         hits = sum(o["found"] for o in outcomes[-len(specs) :])
         line = {"trial": trial, "found": hits, "of": len(specs), "crosstalk": moved}
