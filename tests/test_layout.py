@@ -15,6 +15,7 @@ PACKAGE = REPO / "kindex_etl"
 # In the order data flows; the top level composes them all.
 RANKS = {
     "contracts": 0, "errors": 0, "config": 0, "memory": 0, "workers": 0, "scratch": 0,
+    "flow_runs": 0,
     "catalog": 1,
     "storage": 2,
     "extract": 3,
