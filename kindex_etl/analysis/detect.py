@@ -296,6 +296,9 @@ class Change:
     sigma: float
     deterministic: bool
     state: str
+    # A step across a harness revision: whether the later part holds it long enough to be
+    # announced should liger's own code be suspected (rule 6, `rules.unconfirmed`).
+    settled: bool = True
 
 
 def _changes_of(
@@ -360,12 +363,17 @@ def _harness_changes(
             continue
         r0, r1 = p.releases(s)
         n = r1 - r0
+        later_start, later_end = p.releases(s + 1)
+        at_end = s + 2 >= p.n_series or keys[s + 2] != keys[s + 1]
+        held = later_end - later_start
         if deterministic[s] and deterministic[s + 1]:
             a, b = float(p.vmax[r1 - 1]), float(p.vmax[r1])
             if a == b or (a and abs(b / a - 1.0) < settings.memory_min_effect):
                 continue
             ratio = b / a if a else math.inf
-            yield Change(s, [n - 1], [n], math.log(ratio), 0.0, math.inf, 0.0, True, "harness")
+            settled = not unconfirmed(held, at_end, settings.memory_confirm_points)
+            yield Change(s, [n - 1], [n], math.log(ratio), 0.0, math.inf, 0.0, True, "harness",
+                         settled)  # fmt: skip
             continue
         delta = float(p.log_mean[r1] - p.log_mean[r1 - 1])
         sig = max(float(sigma[s]), float(sigma[s + 1]))
@@ -373,7 +381,9 @@ def _harness_changes(
         z = delta / se if se > 0 else math.inf
         if abs(math.expm1(delta)) < settings.min_effect or abs(z) < settings.z_threshold:
             continue
-        yield Change(s, [n - 1], [n], delta, se, z, sig, False, "harness")
+        need = max(settings.persistence, settings.confirm_points)
+        settled = not unconfirmed(held, at_end, need) and abs(z) >= settings.announce_z
+        yield Change(s, [n - 1], [n], delta, se, z, sig, False, "harness", settled)
 
 
 def detect(
@@ -651,6 +661,7 @@ def _row(
             baselines=sorted(baselines),
             full_only=controls.full_only(c) if full_step else None,
             harness=at(after_rel, "harness_rev"),
+            settled=c.settled,
         )
     )
     first_release = _release(history.first_release(after_commit)) if after_commit else after_version

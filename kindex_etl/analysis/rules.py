@@ -97,6 +97,7 @@ class SeriesEvidence:
     baselines: Sequence[str]
     full_only: bool | None  # None: not a `full` speed step, or nothing measured to say
     harness: str | None  # the revision a `harness` change lies across
+    settled: bool = True  # a harness step: the later part holds it long enough (rule 6)
 
 
 def judge_series(ev: SeriesEvidence) -> tuple[str, str | None, list[str]]:
@@ -114,6 +115,9 @@ def judge_series(ev: SeriesEvidence) -> tuple[str, str | None, list[str]]:
         still = base is not None and abs(base) < ev.effect <= abs(ev.log_ratio)
         if still:
             said.append(f"harness revision {ev.harness} changed liger's path; the baselines held")
+            if not ev.settled:
+                said.append("too few points after it yet to announce (rule 6)")
+                return "pending", f"harness {ev.harness}", said
             return direction, f"harness {ev.harness}", said
         said.append(f"harness revision {ev.harness} changed this provider's path")
         return state, None, said

@@ -168,3 +168,16 @@ def test_every_threshold_of_the_rules_lives_in_calibration_json(name: str) -> No
     text = resources.files("kindex_etl.analysis").joinpath("calibration.json").read_text()
     assert name in json.loads(text)["detector"]
     assert getattr(default_calibration().settings, name) == json.loads(text)["detector"][name]
+
+
+def test_a_harness_suspect_waits_for_the_points_that_confirm_it(tmp_path: Path) -> None:
+    # Rule 6 holds for a step across a revision of liger's path too: with one point after the
+    # revision it is `pending` (the revision named), with three an alert.
+    late = [0.2] * 7 + [0.26]  # the step at the newest commit only
+    wh = ci_warehouse(tmp_path, {(KERNEL, "liger"): late, (KERNEL, "torch"): FLAT})
+    (c,) = detect_changes(open_store(wh), history=_with_revision(SHAS[7], None)).changes
+    assert (c["state"], c["suspected"]) == ("pending", f"harness {SHAS[7]}")
+    assert "too few points after it yet" in c["evidence"]
+    wh3 = ci_warehouse(tmp_path / "three", {(KERNEL, "liger"): STEP, (KERNEL, "torch"): FLAT})
+    (a,) = detect_changes(open_store(wh3), history=_with_revision(SHAS[5], None)).changes
+    assert (a["state"], a["suspected"]) == ("alert", f"harness {SHAS[5]}")
