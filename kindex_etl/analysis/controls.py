@@ -76,9 +76,7 @@ def source_changes(row: dict[str, Any], code: CodeChanges | None) -> list[int] |
 def default_rule(kernels: int) -> ClassRule:
     from .detect import DetectorSettings
 
-    d = DetectorSettings()
-    return ClassRule(kernels, d.class_tolerance, d.class_min_peers, d.launch_bound_ns,
-                     d.min_effect, d.memory_min_effect)  # fmt: skip
+    return DetectorSettings(environment_kernels=kernels).class_rule
 
 
 def mark_shared_steps(
@@ -135,14 +133,12 @@ class _SharedSteps:
 
     def verdict(self, row: dict[str, Any]) -> tuple[bool, list[str]] | None:
         """None where the step is not shared; else (explained by the environment, clauses)."""
-        if self.count(row) < self.rule.kernels:
+        n = self.count(row)
+        if n < self.rule.kernels:
             return None
-        step = step_of(row, self.across)
-        cls, peers = peers_of({**row, "kernels_at_step": self.count(row)}, self.levels, step,
-                              self.rule)  # fmt: skip
-        explained, said = judge_shared_step(
-            {**row, "kernels_at_step": self.count(row)}, cls, peers, self.rule
-        )
+        counted = {**row, "kernels_at_step": n}
+        cls, peers = peers_of(counted, self.levels, step_of(row, self.across), self.rule)
+        explained, said = judge_shared_step(counted, cls, peers, self.rule)
         clauses = [said]
         code = source_changes(row, self.code)
         if code:

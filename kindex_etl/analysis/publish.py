@@ -135,14 +135,8 @@ def current_steps(store: ObjectStore) -> list[dict[str, Any]]:
     changes (`controls.mark_shared_steps`), and what it counted before (`controls.unsettled`)."""
     warehouse = Warehouse(store)
     warehouse.refresh()
-    latest: dict[str, dict[str, Any]] = {}
-    for f in warehouse.state.tables.get(layout.REGRESSIONS, {}).values():
-        # The step's columns alone: the run ids are most of a row.
-        for row in read_columns(warehouse, f.batch, f.key, _STEP_COLUMNS).to_pylist():
-            held = latest.get(row["change_id"])
-            if held is None or _rank_of(row) >= _rank_of(held):
-                latest[row["change_id"]] = row
-    return [r for r in latest.values() if r["state"] != RETRACTED]
+    # The step's columns alone: the run ids are most of a row.
+    return [r for r in latest_rows(warehouse, _STEP_COLUMNS) if r["state"] != RETRACTED]
 
 
 def known_states(warehouse: Warehouse) -> dict[str, str]:
@@ -324,8 +318,8 @@ def _jsonl(rows: list[dict[str, Any]], doc: Callable[[dict[str, Any]], dict[str,
 
 
 def latest_rows(warehouse: Warehouse, columns: Sequence[str]) -> list[dict[str, Any]]:
-    """`columns` of every change's latest row (retracted ones included), as `current_steps`
-    ranks them: what `kindex-etl regressions --show` lists without analysing again."""
+    """`columns` of every change's latest row (retracted ones included): what
+    `current_steps` counts and `kindex-etl regressions --show` lists without analysing."""
     wanted = list(dict.fromkeys(["change_id", "warehouse_seq", "written_seq", *columns]))
     latest: dict[str, dict[str, Any]] = {}
     for f in warehouse.state.tables.get(layout.REGRESSIONS, {}).values():

@@ -232,13 +232,12 @@ def run_regressions(
     points = PointSpill() if report and write else None
     cal = calibration or default_calibration()
     through = analysed_through(store)
-    if after_seq is not None and through is not None:
-        after_seq = min(after_seq, through)  # and what an earlier one never looked at
-    elif after_seq is not None and through is None:
-        # No analysis ever finished here (a bulk load with --no-regressions, a warehouse
-        # older than the record): an hour's series alone cannot see the steps the others
-        # share, and announced 13 alerts that a full analysis called environment. In full.
-        after_seq = None
+    if after_seq is not None:
+        # From what an earlier analysis never looked at. Where no analysis ever finished (a
+        # bulk load with --no-regressions, a warehouse older than the record) an hour's series
+        # alone cannot see the steps the others share, and announced 13 alerts that a full
+        # analysis called environment: in full.
+        after_seq = None if through is None else min(after_seq, through)
     pool = Workers(workers)
     try:
         result = detect_changes(
