@@ -40,6 +40,7 @@ from typing import Any
 
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
+from replay import current_rows  # the same folder: a script run as `python benchmarks/eval/...`
 
 from kindex_etl.analysis.rules import is_liger
 from kindex_etl.catalog.history import load_harness, load_history
@@ -73,20 +74,11 @@ def ingest(upstream: Path, warehouse: Path, sources: Path | None) -> None:
 
 
 def changes(warehouse: Path) -> dict[str, dict[str, Any]]:
-    """Each change's current row (highest warehouse_seq, then written_seq)."""
-    table = DeltaTable(str(warehouse / "regressions"))
-    columns = ["change_id", "state", "kernel", "provider", "metric", "direction",
-               "before_position", "after_position", "after_commit", "kernels_at_step",
-               "warehouse_seq", "written_seq"]  # fmt: skip
-    files = table.file_uris()
-    rows = ds.dataset(files, format="parquet").to_table(columns).to_pylist() if files else []
-    latest: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        rank = (r["warehouse_seq"], r["written_seq"] or -1)
-        held = latest.get(r["change_id"])
-        if held is None or rank >= (held["warehouse_seq"], held["written_seq"] or -1):
-            latest[r["change_id"]] = r
-    return {k: v for k, v in latest.items() if v["state"] != "retracted"}
+    """Each change's current row, retracted ones aside."""
+    columns = ["state", "kernel", "provider", "metric", "direction", "before_position",
+               "after_position", "after_commit", "kernels_at_step"]  # fmt: skip
+    rows = current_rows(warehouse, columns)
+    return {k: v for k, v in rows.items() if v["state"] != "retracted"}
 
 
 def kernel_names(warehouse: Path) -> dict[str, str]:

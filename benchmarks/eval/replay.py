@@ -76,20 +76,24 @@ def delta_columns(table: Path, columns: list[str]) -> pa.Table:
     return ds.dataset(files, format="parquet").to_table(columns)
 
 
-def current_states(warehouse: Path) -> dict[str, str]:
-    """Each change's current state: its row of the highest warehouse_seq, then written_seq."""
+def current_rows(warehouse: Path, columns: list[str]) -> dict[str, dict[str, Any]]:
+    """`columns` of each change's current row: the highest warehouse_seq, then written_seq."""
     table = Path(warehouse) / "regressions"
     if not (table / "_delta_log").exists():
         return {}
-    rows = delta_columns(table, ["change_id", "state", "warehouse_seq", "written_seq"])
-    latest: dict[str, tuple[tuple[int, int], str]] = {}
-    for change, state, seq, written in zip(
-        *(rows[c].to_pylist() for c in rows.column_names), strict=True
-    ):
-        rank = (seq, -1 if written is None else written)
-        if change not in latest or rank > latest[change][0]:
-            latest[change] = (rank, state)
-    return {change: state for change, (_rank, state) in latest.items()}
+    wanted = list(dict.fromkeys(["change_id", "warehouse_seq", "written_seq", *columns]))
+    latest: dict[str, tuple[tuple[int, int], dict[str, Any]]] = {}
+    for row in delta_columns(table, wanted).to_pylist():
+        written = row["written_seq"]
+        rank = (row["warehouse_seq"], -1 if written is None else written)
+        if row["change_id"] not in latest or rank > latest[row["change_id"]][0]:
+            latest[row["change_id"]] = (rank, row)
+    return {change: row for change, (_rank, row) in latest.items()}
+
+
+def current_states(warehouse: Path) -> dict[str, str]:
+    """Each change's current state."""
+    return {change: row["state"] for change, row in current_rows(warehouse, ["state"]).items()}
 
 
 def live(states: dict[str, str]) -> dict[str, str]:
