@@ -93,6 +93,10 @@ the same for every run of one configuration, stored dictionary-encoded) or the r
 * Versions are text as upstream wrote them; `release_key` sorts as PEP 440 does.
 * JSON text columns (`config`, `*_descriptor`, `document`, ...) read with DuckDB's
   `json_extract` or Python's `json.loads`.
+* Every file carries its statistics in its table's Delta log (the add action's `stats`): its
+  row count, and the min, max and null count of each of the table's stats columns
+  (`delta.dataSkippingStatsColumns`: of its first 32 columns, those with Parquet statistics; the
+  long per-run text has none), so Delta readers skip files a filter rules out.
 * The JSON documents under `documents/` are zstd-compressed JSON lines:
   `pd.read_json(path, lines=True)` reads them because `zstandard` is installed with kindex-etl.
 """

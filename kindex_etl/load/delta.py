@@ -4,7 +4,8 @@ The kindex log (`_kindex/log/`) stays the writers' commit: one record covers eve
 batch at once and names the upstream object versions it consumed, which no single Delta commit
 can. Readers, though, get no protocol of ours: after each commit the tables' live files (the
 log folded, `WarehouseState.tables`) are published to each table's `_delta_log` as add and
-remove actions, by delta-rs, over the same Parquet files (no data is rewritten). Any engine
+remove actions, by delta-rs, over the same Parquet files (no data is rewritten), each add with
+the file's statistics from its footer (`file_stats`), so readers skip files by them. Any engine
 with a Delta reader (DuckDB `delta_scan`, Polars `scan_delta`, pandas and pyarrow through
 `deltalake`, Spark, Trino) then sees exactly the committed rows, before, during and after a
 compaction or a vacuum, where a Parquet glob counts compacted rows twice until the vacuum.
@@ -46,6 +47,7 @@ from deltalake.transaction import AddAction, RemoveAction, create_table_with_add
 
 from kindex_etl.contracts import tables
 from kindex_etl.load import layout
+from kindex_etl.load.file_stats import INDEXED_COLUMNS, file_stats, stats_columns
 from kindex_etl.load.state import LiveFile, WarehouseState
 from kindex_etl.storage import LocalStore, ObjectStore, StorageError
 
@@ -82,6 +84,10 @@ TABLE_CONFIGURATION = {
     "delta.checkpointInterval": "10",
     "delta.logRetentionDuration": "interval 7 days",
 }
+# The columns every add action carries min/max and null counts for (`file_stats`): set once per
+# table, at its creation or its first publish after, and never changed (a column added to it
+# later would be one the files before have no bounds for).
+STATS_COLUMNS = "delta.dataSkippingStatsColumns"
 
 
 def schemas() -> dict[str, pa.Schema]:
@@ -219,7 +225,7 @@ def table_files(dt: DeltaTable, table: str) -> dict[str, int]:
     return {warehouse_key(table, p): int(n or 0) for p, n in zip(paths, rows, strict=True)}
 
 
-def _add(store: ObjectStore, table: str, f: LiveFile) -> AddAction:
+def _add(store: ObjectStore, table: str, f: LiveFile, columns: list[str]) -> AddAction:
     info = store.head(f.key)
     if info is None:
         raise StorageError(f"committed file {f.key} is not at its final key: cannot publish it")
@@ -229,7 +235,8 @@ def _add(store: ObjectStore, table: str, f: LiveFile) -> AddAction:
         partition_values=_partition(table, f.key),
         modification_time=int(info.last_modified.timestamp() * 1000),
         data_change=True,
-        stats=json.dumps({"numRecords": f.rows}),
+        # numRecords, min, max and null counts from the file's footer: readers skip by them.
+        stats=json.dumps(file_stats(store, f.key, info.size, columns), separators=(",", ":")),
     )
 
 
@@ -327,12 +334,13 @@ def _publish_table(
             return None
         try:
             _evolve(dt, _schema_of(table, store, files.values()) if files else None)
+            columns = _stats_columns(dt, table)
         except (CommitFailedError, DeltaError):
-            continue  # another publisher added the same columns first
+            continue  # another publisher added the same columns (or properties) first
         current = table_files(dt, table)
         now_ms = int(time.time() * 1000)
         actions: list[AddAction | RemoveAction] = [
-            _add(store, table, f) for key, f in files.items() if key not in current
+            _add(store, table, f, columns) for key, f in files.items() if key not in current
         ]
         added = len(actions)
         gone = sorted(set(current) - set(files))
@@ -365,15 +373,19 @@ def _create(
     options: dict[str, str] | None,
 ) -> bool:
     """Create the table holding `files`; False when another publisher created it first."""
+    columns = _wanted_stats_columns(table)
+    configuration = dict(TABLE_CONFIGURATION)
+    if columns:
+        configuration[STATS_COLUMNS] = ",".join(columns)
     try:
         create_table_with_add_actions(
             table_uri(store, table),
             Schema.from_arrow(_schema_of(table, store, files.values())),
-            [_add(store, table, f) for f in files.values()],
+            [_add(store, table, f, columns) for f in files.values()],
             mode="error",
             partition_by=[PARTITION_COLUMN] if table == layout.RUNS else None,
             name=table.replace("/", "_"),
-            configuration=TABLE_CONFIGURATION,
+            configuration=configuration,
             storage_options=options,
             commit_properties=CommitProperties(app_transactions=txns),
         )
@@ -382,6 +394,31 @@ def _create(
             raise
         return False
     return True
+
+
+def _wanted_stats_columns(table: str) -> list[str]:
+    """The stats columns of a table of the contract (`file_stats.stats_columns`); none for
+    one of newer code, whose files then carry their row count alone."""
+    schema = schemas().get(table)
+    return stats_columns(schema) if schema is not None else []
+
+
+def _stats_columns(dt: DeltaTable, table: str) -> list[str]:
+    """The table's stats columns; a table made before they existed gets them now (its files
+    from then on carry bounds, the older ones their row count alone: readers take both)."""
+    configured = dt.metadata().configuration.get(STATS_COLUMNS)
+    if configured is not None:
+        return [c for c in configured.split(",") if c]
+    # Of the table's own first 32 columns (where delta-rs's compactions put bounds), should the
+    # contract have reordered them since.
+    first = {f.name for f in dt.schema().fields[:INDEXED_COLUMNS]}
+    columns = [c for c in _wanted_stats_columns(table) if c in first]
+    if columns:
+        dt.alter.set_table_properties(
+            {STATS_COLUMNS: ",".join(columns)},
+            commit_properties=CommitProperties(max_commit_retries=0),
+        )
+    return columns
 
 
 def _plain(exc: Exception | None) -> str:

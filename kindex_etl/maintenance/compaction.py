@@ -6,7 +6,9 @@ files each Delta log holds that the kindex log does not and retires those it dro
 both are seen to hold the same rows. Taking that difference, not the optimizer's report, makes
 a crash harmless: a compaction that died after delta-rs committed is recorded by the next one.
 A writer that commits in between publishes its state over the table (the same rows); the
-difference then no longer holds at the head, and the compaction starts over.
+difference then no longer holds at the head, and the compaction starts over. delta-rs's adds
+carry its files' statistics itself, for the table's `delta.dataSkippingStatsColumns` (set by the
+publish, `delta._stats_columns`): the same columns as the ingest's files.
 
 JSON documents are no Delta table: a kind's small files are concatenated here (whole zstd
 frames, so one valid stream), first-fit up to the target rows, in the same commit. Quarantine

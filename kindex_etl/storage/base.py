@@ -55,6 +55,11 @@ class ObjectStore(Protocol):
 
     def get_bytes(self, key: str) -> bytes: ...
 
+    def read_tail(self, key: str, size: int) -> bytes:
+        """The last `size` bytes of an object (all of it when smaller): a Parquet footer
+        without the rest. Raises NotFound."""
+        ...
+
     def put_bytes(
         self,
         key: str,

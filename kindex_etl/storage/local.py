@@ -102,6 +102,12 @@ class LocalStore:
         with self.open_read(key) as fh:
             return fh.read()
 
+    def read_tail(self, key: str, size: int) -> bytes:
+        with self.open_read(key) as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(fh.tell() - size, 0))
+            return fh.read()
+
     def _tmp_beside(self, path: Path) -> Path:
         for _ in range(_PRUNE_RETRIES):
             path.parent.mkdir(parents=True, exist_ok=True)

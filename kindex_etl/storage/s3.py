@@ -269,6 +269,15 @@ class S3Store:
         with self.open_read(key) as fh:
             return fh.read()
 
+    def read_tail(self, key: str, size: int) -> bytes:
+        full = self._key(key)
+        try:
+            # A suffix range longer than the object gets the whole object.
+            resp = self._client.get_object(Bucket=self.bucket, Key=full, Range=f"bytes=-{size}")
+            return bytes(resp["Body"].read())
+        except (ClientError, BotoCoreError) as exc:
+            self._fail(exc, "read", full)
+
     def put_bytes(
         self,
         key: str,
