@@ -106,6 +106,16 @@ def test_missing_objects(store: ObjectStore) -> None:
         store.open_read("no/such/key")
 
 
+def test_read_tail(store: ObjectStore) -> None:
+    """The last bytes only (a Parquet footer), or the whole object when it is shorter."""
+    store.put_bytes("data/f.parquet", b"0123456789")
+    assert store.read_tail("data/f.parquet", 4) == b"6789"
+    assert store.read_tail("data/f.parquet", 10) == b"0123456789"
+    assert store.read_tail("data/f.parquet", 64 * 1024) == b"0123456789"
+    with pytest.raises(NotFound):
+        store.read_tail("no/such/key", 8)
+
+
 def test_list_key_order_and_prefix_filtering(store: ObjectStore) -> None:
     # Chosen so that byte order differs from naive "folders first" order: '-' < '/' < 'b'.
     keys = ["ab", "a/y", "b/1", "a-z", "a/x/2", "a/x/1", "a.txt", "a/x/10"]
