@@ -26,7 +26,8 @@ settled are removed from it (the kindex log keeps the history).
 
 JSON documents are not Parquet, so they cannot be a Delta table themselves: the table
 `document_files` lists the live document files (table, path, rows), published last. A reader
-of documents reads that list and then only those files.
+of documents reads that list and then only those files. It is one file, replaced when the
+listing changes; the vacuum deletes the replaced ones as it does every table's.
 """
 
 from __future__ import annotations
@@ -448,18 +449,38 @@ def _publish_documents(
     options: dict[str, str] | None,
 ) -> None:
     """The listing as one small file per log state (`part-<seq>.parquet`: the same name from
-    any publisher, so a retried publish rewrites identical content), replacing the last."""
-    key = f"{DOCUMENT_FILES}/part-{seq:012d}.parquet"
-    sink = pa.BufferOutputStream()
-    pq.write_table(pa.Table.from_pylist(documents, schema=DOCUMENT_FILES_SCHEMA), sink)
-    store.put_bytes(key, sink.getvalue().to_pybytes())
-    listing = {key: LiveFile(key, len(documents), "")}
+    any publisher, so a retried publish rewrites identical content), replacing the last; or,
+    when the live file lists the same (a vacuum's or a replay's commit changes no document),
+    that file again, so that the table gains no file the next vacuum would leave behind."""
+    listing = _same_listing(store, documents, options)
+    if listing is None:
+        key = f"{DOCUMENT_FILES}/part-{seq:012d}.parquet"
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.Table.from_pylist(documents, schema=DOCUMENT_FILES_SCHEMA), sink)
+        store.put_bytes(key, sink.getvalue().to_pybytes())
+        listing = {key: LiveFile(key, len(documents), "")}
     _publish_table(store, DOCUMENT_FILES, listing, [Transaction(LOG_APP, seq)], options)
 
 
+def _same_listing(
+    store: ObjectStore, documents: list[dict[str, object]], options: dict[str, str] | None
+) -> dict[str, LiveFile] | None:
+    """The live listing file when it lists exactly `documents`, else None."""
+    dt = open_table(store, DOCUMENT_FILES, options)
+    live = table_files(dt, DOCUMENT_FILES) if dt is not None else {}
+    if dt is None or len(live) != 1 or next(iter(live.values())) != len(documents):
+        return None
+    listed = dt.to_pyarrow_dataset().to_table().to_pylist()
+    order = lambda d: (str(d["table"]), str(d["path"]))  # noqa: E731
+    if sorted(listed, key=order) != sorted(documents, key=order):
+        return None
+    key = next(iter(live))
+    return {key: LiveFile(key, len(documents), "")}
+
+
 def maintain_logs(store: ObjectStore) -> dict[str, int]:
-    """Delta's own log upkeep, daily after the vacuum: a checkpoint per table and expired log
-    entries dropped."""
+    """Delta's own log upkeep, daily after the vacuum (which vacuums `document_files` with the
+    rest): a checkpoint per table and expired log entries dropped."""
     done: dict[str, int] = {}
     options = storage_options(store)
     for table in (*PUBLISH_ORDER, DOCUMENT_FILES):
@@ -468,9 +489,5 @@ def maintain_logs(store: ObjectStore) -> dict[str, int]:
             continue
         dt.create_checkpoint()
         dt.cleanup_metadata()
-        if table == DOCUMENT_FILES:
-            # Replaced whole at every publish and written by nothing else: its superseded
-            # files are exactly what Delta's vacuum removes (after its default retention).
-            dt.vacuum(dry_run=False)
         done[table] = dt.version()
     return done

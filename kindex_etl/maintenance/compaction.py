@@ -10,6 +10,9 @@ difference then no longer holds at the head, and the compaction starts over. del
 carry its files' statistics itself, for the table's `delta.dataSkippingStatsColumns` (set by the
 publish, `delta._stats_columns`): the same columns as the ingest's files.
 
+`document_files` (`delta._publish_documents`) is one file, replaced when the listing changes:
+nothing to merge; the vacuum deletes the replaced files (`vacuuming.vacuum_tables`).
+
 JSON documents are no Delta table: a kind's small files are concatenated here (whole zstd
 frames, so one valid stream), first-fit up to the target rows, in the same commit. Quarantine
 files a replay settled are not in the quarantine's Delta table and stay as they are.

@@ -248,9 +248,15 @@ def test_vacuum_deletes_retired_files_only_after_the_retention(small_files):
     snap = read_snapshot(wh)
     assert kept.commit == snap["seq"]
     assert set(data_objects(wh)) == {k for keys in snap["tables"].values() for k in keys}
-    assert set(kept.deleted) == {k for keys in before["tables"].values() for k in keys} - {
-        k for keys in snap["tables"].values() for k in keys
+    # The document listing's superseded files go with the same retention (issue 51).
+    listings = {k for k in kept.deleted if k.startswith("document_files/")}
+    assert len(listings) >= HOURS and keys_under(wh, "document_files/part-") == {
+        k for k in keys_under(wh, "document_files/") if "/_delta_log/" not in k
     }
+    assert len(keys_under(wh, "document_files/part-")) == 1
+    assert set(kept.deleted) - listings == {
+        k for keys in before["tables"].values() for k in keys
+    } - {k for keys in snap["tables"].values() for k in keys}
     assert vacuum(wh, retention=timedelta(0)).commit is None
     assert len(run_ids(view(wh, snap))) == HOURS * 12
 
@@ -415,3 +421,59 @@ def test_a_release_with_a_local_version_compacts_and_reads_back(tmp_path):
     assert set(table.column("release").to_pylist()) == {"0.8.0+cu121"}
     assert sorted(table.column("external_id").to_pylist()) == run_ids(view(wh, read_snapshot(wh)))
     assert table.num_rows == 4 * 6
+
+
+def test_after_compact_and_vacuum_every_table_has_one_file_per_partition(tmp_path):
+    """Issue 51: after hourly commits, `compact` and `vacuum`, `document_files` had a file per
+    commit (35 hourly commits left 37) where every other table had one per partition: each
+    publish replaces its one file, and the superseded ones waited for delta-rs's default week
+    whatever the vacuum's retention. Now they go with the retention, and a commit that changes
+    no document (the vacuum's own) keeps the live file."""
+    import duckdb
+    import polars as pl
+    from deltalake import DeltaTable
+
+    from kindex_etl.load import delta
+    from tests.helpers import read_jsonl_zst
+
+    hours = 12
+    upstream, wh = str(tmp_path / "up"), str(tmp_path / "wh")
+    hourly_upstream(upstream, hours)
+    ingest_hourly(upstream, wh)
+    store = open_store(wh)
+
+    def files_per_partition() -> Counter[tuple[str, str]]:
+        counts: Counter[tuple[str, str]] = Counter()
+        for info in store.list():
+            key = info.key
+            if key.startswith((layout.CONTROL, layout.REPORTS)) or "/_delta_log/" in key:
+                continue
+            if key.startswith(delta.DOCUMENT_FILES + "/"):
+                counts[delta.DOCUMENT_FILES, ""] += 1
+            else:
+                counts[layout.table_of(key), layout.partition_of(key)] += 1
+        return counts
+
+    before = files_per_partition()
+    assert before[delta.DOCUMENT_FILES, ""] >= hours - 2  # one listing per commit with documents
+    compact(wh)
+    vacuum(wh, retention=timedelta(0))
+    after = files_per_partition()
+    assert after.keys() == before.keys()
+    assert set(after.values()) == {1}, after
+
+    # Every reader gives the same counts as the project's own view.
+    expected = run_ids(view(wh, read_snapshot(wh)))
+    assert len(expected) == hours * 12
+    runs = DeltaTable(f"{wh}/{layout.RUNS}")
+    dataset = runs.to_pyarrow_dataset()  # DuckDB finds it by name too
+    assert sorted(dataset.to_table(columns=["external_id"]).column(0).to_pylist()) == expected
+    assert duckdb.sql("SELECT count(DISTINCT external_id) FROM dataset").fetchall()[0][0] == len(
+        expected
+    )
+    assert pl.scan_delta(f"{wh}/{layout.RUNS}").collect().height == len(expected)
+    listing = DeltaTable(f"{wh}/{delta.DOCUMENT_FILES}").to_pyarrow_dataset().to_table().to_pylist()
+    run_files = [f for f in listing if f["table"] == layout.RUNS]
+    assert sum(f["rows"] for f in run_files) == len(expected)
+    docs = [d for f in run_files for d in read_jsonl_zst(Path(wh) / f["path"])]
+    assert sorted(d["spec"]["sourceNative"]["externalId"] for d in docs) == expected
