@@ -105,6 +105,15 @@ RUN_SCHEMA = pa.schema(
         _field("upstream_timer_p50", pa.float64(), ROW),
         _field("upstream_over_device", pa.float64(), ROW),
         _field("host_bound", pa.bool_(), ROW),
+        # Device-time runs: the GPU's state while the point was measured, as the re-run's
+        # launcher read it from NVML (contracts.upstream.GPU_STATE_COLUMNS); null on every
+        # other run, and where the run recorded no state (runs before issue 53, no NVML).
+        _field("gpu_sm_clock_mhz", pa.int64(), ROW),
+        _field("gpu_mem_clock_mhz", pa.int64(), ROW),
+        _field("gpu_power_w", pa.float64(), ROW),
+        _field("gpu_temperature_c", pa.int64(), ROW),
+        _field("gpu_throttle_reasons", pa.int64(), ROW),
+        _field("gpu_throttled", pa.bool_(), ROW),
     ]
 )
 
