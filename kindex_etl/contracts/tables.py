@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
+from kindex_etl.contracts.upstream import DEVICE_TIME_COLUMNS, UPSTREAM_COLUMNS
 
 _ORIGIN = b"origin"
 # metric -> the unit-named column prefix its values go to (value_* holds both, by value_unit).
@@ -134,7 +134,9 @@ RUN_WRITE_SCHEMA = pa.schema(
     ]
 )
 
-# Raw upstream columns are kept on held-back rows so they can be replayed verbatim.
+# Raw upstream columns are kept on held-back rows so they can be replayed verbatim, and a
+# device-time CSV's own columns after them (empty on upstream's rows; files written before
+# they existed read them as null).
 QUARANTINE_SCHEMA = pa.schema(
     [
         ("source_key", pa.string()),
@@ -144,6 +146,7 @@ QUARANTINE_SCHEMA = pa.schema(
         ("detail", pa.string()),
         ("software", pa.string()),
         *[(name, pa.string()) for name in UPSTREAM_COLUMNS],
+        *[(name, pa.string()) for name in DEVICE_TIME_COLUMNS],
     ]
 )
 

@@ -116,6 +116,14 @@ def upstream_rows(runs: pa.Table, software_of: dict[str, str]) -> pa.Table:
         "timestamp": pc.strftime(seconds, format=TIMESTAMP_FORMAT),
         "liger_version": runs.column("liger_version"),
     }
+    # A device-time run's own columns (read by the normalizer for device-time rows only,
+    # contracts.upstream): the upstream timer's figure and the GPU state, by the CSV's names.
+    device: dict[str, Any] = dict.fromkeys(DEVICE_TIME_COLUMNS, pa.array([""] * n, pa.string()))
+    if UPSTREAM_TIMER in runs.column_names:
+        device[DEVICE_TIME_COLUMNS[0]] = _text(runs.column(UPSTREAM_TIMER))
+    for name in GPU_STATE_COLUMNS:
+        if name in runs.column_names:
+            device[name] = pc.fill_null(pc.cast(runs.column(name), pa.string()), "")
     table = {
         "source_key": runs.column("source_key"),
         "source_etag": runs.column("source_etag"),
@@ -124,20 +132,12 @@ def upstream_rows(runs: pa.Table, software_of: dict[str, str]) -> pa.Table:
         "detail": pa.array([""] * n, pa.string()),
         "software": software.take(envs.indices),
         **{name: columns[name] for name in UPSTREAM_COLUMNS},
+        **device,
     }
-    out = pa.table(
+    return pa.table(
         {k: pc.cast(v, QUARANTINE_SCHEMA.field(k).type) for k, v in table.items()},
         schema=QUARANTINE_SCHEMA,
     )
-    if UPSTREAM_TIMER in runs.column_names:
-        # Read by the normalizer for device-time rows only (contracts.upstream).
-        out = out.append_column(DEVICE_TIME_COLUMNS[0], _text(runs.column(UPSTREAM_TIMER)))
-    for name in GPU_STATE_COLUMNS:
-        # A device-time run's GPU state: its columns are the CSV's, by the same names.
-        if name in runs.column_names:
-            text = pc.fill_null(pc.cast(runs.column(name), pa.string()), "")
-            out = out.append_column(name, text)
-    return out
 
 
 def software_by_environment(environments: pa.Table | None) -> dict[str, str]:

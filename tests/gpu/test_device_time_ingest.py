@@ -439,3 +439,42 @@ def test_a_warehouse_made_before_the_gpu_columns_reads_and_takes_device_time_run
     report = reprocess(str(wh))
     assert report.runs_after == runs_before + 10
     check()
+
+
+def test_a_held_back_device_time_row_keeps_its_own_columns_for_its_replay(
+    tmp_path: Path, standin_device: Callable[[], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A device-time row held back (a GPU the catalog does not know yet) keeps its CSV's own
+    columns in the quarantine; replayed once the catalog knows the GPU, it is a run with its
+    upstream figure, host-bound flag and GPU state, as if it had been ingested at once."""
+    from kindex_etl import replay
+    from kindex_etl.ingestion.replay import open_quarantine
+
+    standin_device()
+    monkeypatch.setenv("STANDIN_GPU_NAME", "NVIDIA Z9000 Prototype")
+    result = _standin_upload(tmp_path, monkeypatch, tmp_path / "up")
+    wh = str(tmp_path / "wh")
+    summary = ingest(str(tmp_path / "up"), wh, IngestOptions(trigger=False))
+    assert summary.quarantined_by_reason == {"unknown_gpu": 72}
+    held = open_quarantine(wh)
+    device_rows = held.filter(pc.starts_with(held.column("metric_name"), "device_time."))
+    assert device_rows.num_rows == 36
+    assert set(device_rows.column("gpu_throttled").to_pylist()) == {"true"}
+    assert set(device_rows.column("gpu_sm_clock_mhz").to_pylist()) == {"1500"}
+    upstream_rows = held.filter(pc.equal(held.column("metric_name"), "speed"))
+    assert set(upstream_rows.column("gpu_throttled").to_pylist()) == {""}
+
+    catalog_dir = tmp_path / "catalog"
+    catalog_dir.mkdir()
+    gpus = json.loads((Path(device_time.PROTOCOLS_FILE).parent / "gpus.json").read_text())
+    gpus["gpus"].append(
+        {"match": "NVIDIA Z9000", "vendor": "nvidia", "product": "NVIDIA Z9000",
+         "architecture": "sm_200", "family": "Future", "segment": "datacenter"}
+    )  # fmt: skip
+    (catalog_dir / "gpus.json").write_text(json.dumps(gpus))
+    fixed = replay(wh, catalog=load_catalog(catalog_dir))
+    assert fixed.runs_written == 72 and open_quarantine(wh).num_rows == 0
+    runs = _runs(wh)
+    device = _assert_state_recorded(runs, result)
+    assert all(r["upstream_timer_p50"] is not None for r in device)
+    assert any(r["host_bound"] for r in device) and not all(r["host_bound"] for r in device)
