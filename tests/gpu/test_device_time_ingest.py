@@ -439,6 +439,11 @@ def test_a_warehouse_made_before_the_gpu_columns_reads_and_takes_device_time_run
     report = reprocess(str(wh))
     assert report.runs_after == runs_before + 10
     check()
+    # The quarantine's Delta schema gains the device-time columns too (the reprocess rewrote
+    # 5ae26c4's held-back row in the new shape): every held row reads through it.
+    held = DeltaTable(str(wh / layout.QUARANTINE)).to_pyarrow_table()
+    assert set(GPU_STATE_COLUMNS) <= set(held.column_names)
+    assert held.column("reason").to_pylist() == ["unknown_gpu"]
 
 
 def test_a_held_back_device_time_row_keeps_its_own_columns_for_its_replay(
