@@ -970,6 +970,11 @@ def device_extras(
     """
     n = len(is_device)
     device = np.asarray(is_device.to_numpy(zero_copy_only=False), dtype=bool)
+    if not device.any():  # upstream's rows: every column null, built without a Python list
+        return {
+            **{c: pa.nulls(n, RUN_SCHEMA.field(c).type) for c in DEVICE_RUN_COLUMNS},
+            "native": pa.array([""] * n, pa.string()),
+        }
     up: list[float | None] = [None] * n
     over: list[float | None] = [None] * n
     bound: list[bool | None] = [None] * n
