@@ -145,9 +145,23 @@ class RunMeasurement(_Model):
     statistic: Literal["p20", "p80"]
 
 
+class GpuStateNative(_Model):
+    """The GPU's state while a device-time point was measured (NVML; the runs table's gpu_*
+    columns): clocks, power and temperature read while it ran, the throttle reasons set
+    around it (one bit mask) and whether one of them is a slowdown."""
+
+    memClockMHz: int | None = None
+    powerW: float | None = None
+    smClockMHz: int | None = None
+    temperatureC: int | None = None
+    throttleReasons: int | None = None
+    throttled: bool | None = None
+
+
 class DeviceTimeNative(_Model):
     """A device-time run's point as its re-run recorded it beside upstream's timer."""
 
+    gpu: GpuStateNative | None = None  # where the re-run recorded the GPU's state
     hostBound: bool  # upstream's figure at least the protocol's hostBoundFactor x device time
     upstreamOverDevice: float | None = None
     upstreamP50Ms: float | None = None  # upstream's timer, same point, same run

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
+from kindex_etl.contracts.upstream import DEVICE_TIME_COLUMNS, UPSTREAM_COLUMNS
 
 _ORIGIN = b"origin"
 # metric -> the unit-named column prefix its values go to (value_* holds both, by value_unit).
@@ -105,6 +105,15 @@ RUN_SCHEMA = pa.schema(
         _field("upstream_timer_p50", pa.float64(), ROW),
         _field("upstream_over_device", pa.float64(), ROW),
         _field("host_bound", pa.bool_(), ROW),
+        # Device-time runs: the GPU's state while the point was measured, as the re-run's
+        # launcher read it from NVML (contracts.upstream.GPU_STATE_COLUMNS); null on every
+        # other run, and where the run recorded no state (runs before issue 53, no NVML).
+        _field("gpu_sm_clock_mhz", pa.int64(), ROW),
+        _field("gpu_mem_clock_mhz", pa.int64(), ROW),
+        _field("gpu_power_w", pa.float64(), ROW),
+        _field("gpu_temperature_c", pa.int64(), ROW),
+        _field("gpu_throttle_reasons", pa.int64(), ROW),
+        _field("gpu_throttled", pa.bool_(), ROW),
     ]
 )
 
@@ -125,7 +134,9 @@ RUN_WRITE_SCHEMA = pa.schema(
     ]
 )
 
-# Raw upstream columns are kept on held-back rows so they can be replayed verbatim.
+# Raw upstream columns are kept on held-back rows so they can be replayed verbatim, and a
+# device-time CSV's own columns after them (empty on upstream's rows; files written before
+# they existed read them as null).
 QUARANTINE_SCHEMA = pa.schema(
     [
         ("source_key", pa.string()),
@@ -135,6 +146,7 @@ QUARANTINE_SCHEMA = pa.schema(
         ("detail", pa.string()),
         ("software", pa.string()),
         *[(name, pa.string()) for name in UPSTREAM_COLUMNS],
+        *[(name, pa.string()) for name in DEVICE_TIME_COLUMNS],
     ]
 )
 

@@ -35,10 +35,24 @@ POINT_COLUMNS = (
     "x_value",
     "extra_benchmark_config_str",
 )
+# The GPU's state while a device-time point was measured (NVML, recorded by
+# `gpu/device_launch.py`): SM and memory clocks (MHz), power draw (W) and temperature (C) read
+# while the timed batches ran, the clock event ("throttle") reasons set before, during or after
+# them (NVML's bit mask, OR-ed), and whether any of them is a slowdown (`true`/`false`). The
+# runs table has columns of the same names. Empty where the point recorded no state.
+GPU_STATE_COLUMNS = (
+    "gpu_sm_clock_mhz",
+    "gpu_mem_clock_mhz",
+    "gpu_power_w",
+    "gpu_temperature_c",
+    "gpu_throttle_reasons",
+    "gpu_throttled",
+)
 # Our device-time CSVs (`gpu/device_time.py`, device_time.csv beside a re-run's benchmark.csv)
-# add one column after upstream's: the upstream timer's y_value_50 of the same point in the
-# same run, from which a run says whether that point is host-bound. Read where a CSV has it.
-DEVICE_TIME_COLUMNS = ("upstream_y_value_50",)
+# add columns after upstream's: the upstream timer's y_value_50 of the same point in the same
+# run, from which a run says whether that point is host-bound, then GPU_STATE_COLUMNS (CSVs
+# written before issue 53 stop after the first). Each is read where a CSV has it.
+DEVICE_TIME_COLUMNS = ("upstream_y_value_50", *GPU_STATE_COLUMNS)
 # Where upstream publishes (an object store mirrors these keys): the cumulative file, overwritten
 # in place, and one folder per benchmarked commit listed in order in COMMITS_LIST.
 CUMULATIVE_FILE = "benchmark/data/all_benchmark_data.csv"

@@ -34,7 +34,12 @@ from kindex_etl.contracts.device_protocol import (  # noqa: F401 (this module's 
     protocol_document,
     spec,
 )
-from kindex_etl.contracts.upstream import DEVICE_TIME_COLUMNS, POINT_COLUMNS, UPSTREAM_COLUMNS
+from kindex_etl.contracts.upstream import (
+    DEVICE_TIME_COLUMNS,
+    GPU_STATE_COLUMNS,
+    POINT_COLUMNS,
+    UPSTREAM_COLUMNS,
+)
 
 PROTOCOL_ENV = "KINDEX_DEVICE_PROTOCOL"
 OUT_ENV = "KINDEX_DEVICE_TIME_OUT"
@@ -211,9 +216,46 @@ def csv_rows(rows: Sequence[Mapping[str, str]], data: Mapping[str, Any]) -> list
                 "metric_unit": unit,
                 **{f"y_value_{q}": _text(device.get(f"p{q}_ms")) for q in ("50", "20", "80")},
                 "upstream_y_value_50": row.get("y_value_50", "") or "",
+                **gpu_columns(device),
             }
         )
     return out
+
+
+def gpu_columns(device: Mapping[str, Any]) -> dict[str, str]:
+    """A point's GPU state as the CSV's GPU_STATE_COLUMNS (text; empty where unknown).
+
+    Clocks, power and temperature are the `busy` reading (taken while the timed batches ran);
+    the throttle reasons are the bits set in any of `before`, `busy` and `after`, and
+    `gpu_throttled` is the launcher's own mark (`device.throttled`: a slowdown reason in any
+    of the three). A point recorded without NVML (no `gpu`) has every column empty."""
+    states = device.get("gpu") or {}
+    busy = states.get("busy") or {}
+    reasons = [
+        s["throttleReasons"]
+        for s in (states.get(m) for m in ("before", "busy", "after"))
+        if isinstance(s, Mapping) and isinstance(s.get("throttleReasons"), int)
+    ]
+    mask = 0
+    for r in reasons:
+        mask |= r
+    throttled = device.get("throttled")
+    values = (
+        _number(busy.get("smClockMHz")),
+        _number(busy.get("memClockMHz")),
+        _number(busy.get("powerW")),
+        _number(busy.get("temperatureC")),
+        str(mask) if reasons else "",
+        ("true" if throttled else "false") if isinstance(throttled, bool) else "",
+    )
+    return dict(zip(GPU_STATE_COLUMNS, values, strict=True))
+
+
+def _number(value: Any) -> str:
+    """An NVML reading as text: integers as integers, floats as Python writes them."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return ""
+    return str(value) if isinstance(value, int) else repr(float(value))
 
 
 def _text(value: Any) -> str:

@@ -30,7 +30,8 @@ def _open_files(warehouse: Warehouse) -> list[str]:
 def _read(warehouse: Warehouse, keys: list[str]) -> pa.Table | None:
     batch_of = warehouse.batch_of()
     parts = [warehouse.read_file(batch_of[k], k, None) for k in keys]
-    return pa.concat_tables(parts) if parts else None
+    # Files written before the device-time columns existed read them as null.
+    return pa.concat_tables(parts, promote_options="permissive") if parts else None
 
 
 def open_quarantine_of(warehouse: Warehouse) -> pa.Table:
@@ -61,9 +62,13 @@ def sources_of(rows: pa.Table) -> list[Source]:
         part = rows.filter(mask)
 
         def batches(part: pa.Table = part) -> Iterator[RowBatch]:
-            # A device-time row's extra column where the rows have it (reprocess: from runs).
-            names = [*UPSTREAM_COLUMNS, *(c for c in DEVICE_TIME_COLUMNS if c in part.column_names)]
-            batch = part.select(names).combine_chunks().to_batches()
+            # A device-time row's own columns where the rows have them (empty where unknown).
+            present = [c for c in DEVICE_TIME_COLUMNS if c in part.column_names]
+            rows = part.select([*UPSTREAM_COLUMNS, *present])
+            for c in present:
+                i = rows.schema.get_field_index(c)
+                rows = rows.set_column(i, c, pc.fill_null(rows.column(c), ""))
+            batch = rows.combine_chunks().to_batches()
             lines = part.column("source_row").to_numpy(zero_copy_only=False).astype(np.int64)
             if batch:
                 yield RowBatch(batch=batch[0], lines=lines)

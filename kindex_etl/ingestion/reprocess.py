@@ -21,7 +21,12 @@ import pyarrow.compute as pc
 from kindex_etl.catalog import Catalog, default_catalog
 from kindex_etl.config import settings
 from kindex_etl.contracts.tables import QUARANTINE_SCHEMA, RUN_SCHEMA
-from kindex_etl.contracts.upstream import DEVICE_TIME_COLUMNS, TIMESTAMP_FORMAT, UPSTREAM_COLUMNS
+from kindex_etl.contracts.upstream import (
+    DEVICE_TIME_COLUMNS,
+    GPU_STATE_COLUMNS,
+    TIMESTAMP_FORMAT,
+    UPSTREAM_COLUMNS,
+)
 from kindex_etl.errors import PreconditionFailed, StorageError
 from kindex_etl.ingestion.batch import Ingestor
 from kindex_etl.ingestion.commit import COMMIT_ATTEMPTS
@@ -111,6 +116,14 @@ def upstream_rows(runs: pa.Table, software_of: dict[str, str]) -> pa.Table:
         "timestamp": pc.strftime(seconds, format=TIMESTAMP_FORMAT),
         "liger_version": runs.column("liger_version"),
     }
+    # A device-time run's own columns (read by the normalizer for device-time rows only,
+    # contracts.upstream): the upstream timer's figure and the GPU state, by the CSV's names.
+    device: dict[str, Any] = dict.fromkeys(DEVICE_TIME_COLUMNS, pa.array([""] * n, pa.string()))
+    if UPSTREAM_TIMER in runs.column_names:
+        device[DEVICE_TIME_COLUMNS[0]] = _text(runs.column(UPSTREAM_TIMER))
+    for name in GPU_STATE_COLUMNS:
+        if name in runs.column_names:
+            device[name] = pc.fill_null(pc.cast(runs.column(name), pa.string()), "")
     table = {
         "source_key": runs.column("source_key"),
         "source_etag": runs.column("source_etag"),
@@ -119,15 +132,12 @@ def upstream_rows(runs: pa.Table, software_of: dict[str, str]) -> pa.Table:
         "detail": pa.array([""] * n, pa.string()),
         "software": software.take(envs.indices),
         **{name: columns[name] for name in UPSTREAM_COLUMNS},
+        **device,
     }
-    out = pa.table(
+    return pa.table(
         {k: pc.cast(v, QUARANTINE_SCHEMA.field(k).type) for k, v in table.items()},
         schema=QUARANTINE_SCHEMA,
     )
-    if UPSTREAM_TIMER in runs.column_names:
-        # Read by the normalizer for device-time rows only (contracts.upstream).
-        out = out.append_column(DEVICE_TIME_COLUMNS[0], _text(runs.column(UPSTREAM_TIMER)))
-    return out
 
 
 def software_by_environment(environments: pa.Table | None) -> dict[str, str]:
@@ -188,8 +198,16 @@ def _read(warehouse: Warehouse, keys: list[str], columns: list[str] | None) -> p
     return pa.concat_tables(parts, promote_options="permissive") if parts else None
 
 
+# Columns only device-time runs fill: kept where any file has them, null in the files written
+# before them (those files hold no device-time run: null is what they would hold). Dropping
+# them for a warehouse whose older files lack them would rebuild device-time runs as
+# upstream-timer ones, without their state.
+DEVICE_TIME_RUN_COLUMNS = (SOURCE_METRIC, UPSTREAM_TIMER, *GPU_STATE_COLUMNS)
+
+
 def _live_runs(warehouse: Warehouse, columns: list[str]) -> pa.Table:
-    """The committed runs' columns that exist in every file (older files lack newer columns)."""
+    """The committed runs' columns that exist in every file (older files lack newer columns),
+    and the DEVICE_TIME_RUN_COLUMNS any file has (null where a file lacks them)."""
     batch_of = warehouse.batch_of()
     parts = []
     for key in warehouse.files(layout.RUNS):
@@ -198,6 +216,14 @@ def _live_runs(warehouse: Warehouse, columns: list[str]) -> pa.Table:
     if not parts:
         return pa.table({c: pa.array([], pa.string()) for c in columns})
     common = set.intersection(*(set(p.column_names) for p in parts))
+    for c in DEVICE_TIME_RUN_COLUMNS:
+        present = [p.schema.field(c).type for p in parts if c in p.column_names]
+        if c in columns and present:
+            common.add(c)
+            parts = [
+                p if c in p.column_names else p.append_column(c, pa.nulls(p.num_rows, present[0]))
+                for p in parts
+            ]
     return pa.concat_tables(
         [p.select([c for c in columns if c in common]) for p in parts],
         promote_options="permissive",
@@ -219,8 +245,7 @@ def reprocess(warehouse_url: str, *, catalog: Catalog | None = None) -> Reproces
                     *RAW_RUN_COLUMNS,
                     *_COMPARED,
                     SOURCE_KERNEL,
-                    SOURCE_METRIC,
-                    UPSTREAM_TIMER,
+                    *DEVICE_TIME_RUN_COLUMNS,
                     "catalog_version",
                 ]
             )

@@ -31,6 +31,7 @@ from kindex_etl.contracts.tables import (
 )
 from kindex_etl.contracts.upstream import (
     DEVICE_TIME_COLUMNS,
+    GPU_STATE_COLUMNS,
     MIB,
     NS_PER_MS,
     NUMBER,
@@ -52,8 +53,10 @@ from kindex_etl.normalize.descriptors import (
     labels_of,
 )
 from kindex_etl.normalize.documents import (
+    GPU_NATIVE,
     device_native,
     fragments,
+    gpu_value,
     head_of,
     json_str,
     run_documents,
@@ -491,6 +494,7 @@ class PreparedBatch:
     releases: pa.Array  # per input row: its liger_version
     software: str = ""  # host facts of the object's environment.json ("" for upstream)
     upstream_p50: np.ndarray | None = None  # per input row: a device-time CSV's extra column
+    gpu: dict[str, pa.Array] | None = None  # per input row: its GPU_STATE_COLUMNS, as text
 
     def versions(self, keep: np.ndarray) -> set[str]:
         """The releases of the kept rows (a descriptor's release is its row's text)."""
@@ -513,7 +517,7 @@ class PreparedBatch:
             good, gid, ts_codes = good[keep], gid[keep], ts_codes[keep]
         return _build_runs(
             self.table, good, gid, self.values, self.source_key, self.source_etag, self.lines,
-            self.stamps, ts_codes, self.software, self.upstream_p50,
+            self.stamps, ts_codes, self.software, self.upstream_p50, self.gpu,
         )  # fmt: skip
 
 
@@ -879,6 +883,7 @@ class ColumnarNormalizer:
             releases=batch.column("liger_version"),
             software=software,
             upstream_p50=_optional_floats(batch, DEVICE_TIME_COLUMNS[0]),
+            gpu=_gpu_texts(batch),
         )
 
     def _out_of_range(
@@ -915,7 +920,13 @@ class ColumnarNormalizer:
 
 
 # The runs columns only device-time runs fill (`device_extras`).
-DEVICE_RUN_COLUMNS = ("upstream_timer_p50", "upstream_over_device", "host_bound")
+DEVICE_RUN_COLUMNS = (
+    "upstream_timer_p50",
+    "upstream_over_device",
+    "host_bound",
+    *GPU_STATE_COLUMNS,
+)
+_GPU_TYPES = {int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 
 
 def host_bound_factor(catalog: Catalog) -> float:
@@ -935,11 +946,23 @@ def _optional_floats(batch: pa.RecordBatch, name: str) -> np.ndarray | None:
     return cast(np.ndarray, pc.cast(cleaned, pa.float64()).to_numpy(zero_copy_only=False))
 
 
+def _gpu_texts(batch: pa.RecordBatch) -> dict[str, pa.Array] | None:
+    """The batch's GPU_STATE_COLUMNS it has (a device-time CSV's, issue 53), else None."""
+    texts = {c: batch.column(c) for c in GPU_STATE_COLUMNS if c in batch.schema.names}
+    return texts or None
+
+
 def device_extras(
-    is_device: pa.Array, device_p50: np.ndarray, upstream_p50: np.ndarray | None, factor: float
+    is_device: pa.Array,
+    device_p50: np.ndarray,
+    upstream_p50: np.ndarray | None,
+    factor: float,
+    gpu: dict[str, pa.Array] | None = None,
 ) -> dict[str, pa.Array]:
     """Per run: DEVICE_RUN_COLUMNS (null but on device-time runs) and `native`, the text its
-    document's sourceNative adds (`deviceTime`: hostBound, upstreamOverDevice, upstreamP50Ms).
+    document's sourceNative adds (`deviceTime`: hostBound, upstreamOverDevice, upstreamP50Ms,
+    and `gpu` where the row carries the GPU's state: `gpu` holds the rows' GPU_STATE_COLUMNS
+    as text, read by `documents.gpu_value` as the reference normalizer reads them).
 
     As `gpu.device_time.host_bound` flags a point: the ratio rounded to 4 places, host-bound
     where the ratio reaches the factor; no ratio (a figure missing or not positive), not
@@ -947,21 +970,33 @@ def device_extras(
     """
     n = len(is_device)
     device = np.asarray(is_device.to_numpy(zero_copy_only=False), dtype=bool)
+    if not device.any():  # upstream's rows: every column null, built without a Python list
+        return {
+            **{c: pa.nulls(n, RUN_SCHEMA.field(c).type) for c in DEVICE_RUN_COLUMNS},
+            "native": pa.array([""] * n, pa.string()),
+        }
     up: list[float | None] = [None] * n
     over: list[float | None] = [None] * n
     bound: list[bool | None] = [None] * n
     native = [""] * n
+    state: dict[str, list[Any]] = {c: [None] * n for c in GPU_STATE_COLUMNS}
     for i in np.flatnonzero(device).tolist():
         u = float(upstream_p50[i]) if upstream_p50 is not None else math.nan
         up[i] = u if math.isfinite(u) else None
         over[i], bound[i] = device_protocol.host_bound(up[i], float(device_p50[i]), factor)
+        for c, texts in (gpu or {}).items():
+            state[c][i] = gpu_value(c, texts[i].as_py())
+        row_state = {c: state[c][i] for c in GPU_STATE_COLUMNS}
         native[i] = ',"deviceTime":' + json.dumps(
-            device_native(up[i], over[i], bool(bound[i])), separators=(",", ":")
+            device_native(up[i], over[i], bool(bound[i]), row_state),
+            separators=(",", ":"),
+            sort_keys=True,
         )
     return {
         "upstream_timer_p50": pa.array(up, pa.float64()),
         "upstream_over_device": pa.array(over, pa.float64()),
         "host_bound": pa.array(bound, pa.bool_()),
+        **{c: pa.array(state[c], _GPU_TYPES[GPU_NATIVE[c][1]]) for c in GPU_STATE_COLUMNS},
         "native": pa.array(native, pa.string()),
     }
 
@@ -978,6 +1013,7 @@ def _build_runs(
     ts_codes: np.ndarray,
     software: str = "",
     upstream_p50: np.ndarray | None = None,
+    gpu: dict[str, pa.Array] | None = None,
 ) -> tuple[pa.Table, pa.StringArray]:
     """The run columns and documents of rows `good` (descriptors `gid`, timestamps `ts_codes`)."""
     # A batch's dictionaries hold only the descriptors it uses: with the whole process's
@@ -1018,6 +1054,7 @@ def _build_runs(
         values["50"][good],
         None if upstream_p50 is None else upstream_p50[good],
         host_bound_factor(table.catalog),
+        None if gpu is None else {c: t.take(pa.array(good, pa.int64())) for c, t in gpu.items()},
     )
     json_lines = run_documents(
         cols, take, is_speed, names, observed, ts_slug, raw, finite, scaled, device["native"]

@@ -9,6 +9,7 @@ equal to the models' own rendering (`normalize/reference.py`).
 from __future__ import annotations
 
 import json
+import math
 from functools import lru_cache
 from typing import Any
 
@@ -57,13 +58,53 @@ def fragments(d: Descriptor) -> tuple[str, str]:
     return head, middle
 
 
+# A device-time row's GPU_STATE_COLUMNS -> the key of `sourceNative.deviceTime.gpu` (the
+# names device_time.json's states use), and the runs column's Python type.
+GPU_NATIVE = {
+    "gpu_sm_clock_mhz": ("smClockMHz", int),
+    "gpu_mem_clock_mhz": ("memClockMHz", int),
+    "gpu_power_w": ("powerW", float),
+    "gpu_temperature_c": ("temperatureC", int),
+    "gpu_throttle_reasons": ("throttleReasons", int),
+    "gpu_throttled": ("throttled", bool),
+}
+
+
+def gpu_value(column: str, text: str | None) -> int | float | bool | None:
+    """One GPU_STATE_COLUMNS field of a device-time CSV row as its runs column holds it: None
+    where it is empty or not what the column holds (the state says something about a run,
+    never whether the row is one). Both normalizers read the fields through this."""
+    kind = GPU_NATIVE[column][1]
+    text = (text or "").strip()
+    if kind is bool:
+        return {"true": True, "false": False}.get(text.lower())
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if not math.isfinite(value):
+        return None
+    if kind is int:
+        return int(value) if value.is_integer() and abs(value) < 2**63 else None
+    return value
+
+
 def device_native(
-    upstream_p50: float | None, over: float | None, host_bound: bool
+    upstream_p50: float | None,
+    over: float | None,
+    host_bound: bool,
+    gpu: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A device-time run's `sourceNative.deviceTime`: whether the point is host-bound, and
     upstream's timer's median of it in the same run with its ratio to device time, where known
-    (a reader finds host-bound points by it; the runs table has the same as columns)."""
-    out: dict[str, Any] = {"hostBound": host_bound}
+    (a reader finds host-bound points by it; the runs table has the same as columns). `gpu`
+    (GPU_STATE_COLUMNS -> value) adds the GPU's state as `gpu`, its known fields only, and
+    only where one is known: a run recorded without it keeps the document it had."""
+    out: dict[str, Any] = {}
+    state = {GPU_NATIVE[c][0]: v for c, v in (gpu or {}).items() if v is not None}
+    if state:
+        out["gpu"] = dict(sorted(state.items()))
+    out["hostBound"] = host_bound
     if over is not None:
         out["upstreamOverDevice"] = over
     if upstream_p50 is not None:

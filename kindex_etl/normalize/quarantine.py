@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from kindex_etl.contracts.tables import QUARANTINE_SCHEMA
-from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
+from kindex_etl.contracts.upstream import DEVICE_TIME_COLUMNS, UPSTREAM_COLUMNS
 
 # Reasons a replay cannot change: the row has no fields to re-read, or the file was rejected.
 FILE_LEVEL_REASONS = frozenset(
@@ -53,6 +53,9 @@ def quarantine_table(
     taken = batch.take(pa.array(idx, pa.int64()))
     for name in UPSTREAM_COLUMNS:
         cols[name] = taken.column(name)
+    for name in DEVICE_TIME_COLUMNS:  # a device-time CSV's own, kept for its replay
+        have = name in taken.schema.names
+        cols[name] = taken.column(name) if have else pa.array([""] * n, pa.string())
     return pa.table(cols, schema=QUARANTINE_SCHEMA)
 
 
@@ -69,7 +72,10 @@ def held_back_without_row(
             "reason": [reason] * n,
             "detail": details,
             "software": [software] * n,
-            **{name: pa.array([""] * n, pa.string()) for name in UPSTREAM_COLUMNS},
+            **{
+                name: pa.array([""] * n, pa.string())
+                for name in (*UPSTREAM_COLUMNS, *DEVICE_TIME_COLUMNS)
+            },
         },
         schema=QUARANTINE_SCHEMA,
     )

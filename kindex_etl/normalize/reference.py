@@ -17,6 +17,7 @@ from kindex_etl.contracts.device_protocol import host_bound
 from kindex_etl.contracts.documents import BenchmarkRun
 from kindex_etl.contracts.upstream import (
     DEVICE_TIME_COLUMNS,
+    GPU_STATE_COLUMNS,
     MIB,
     NS_PER_MS,
     NUMBER,
@@ -25,7 +26,7 @@ from kindex_etl.contracts.upstream import (
 )
 from kindex_etl.normalize.columnar import host_bound_factor
 from kindex_etl.normalize.descriptors import Descriptor, DescriptorKey, Rejected, resolve, run_name
-from kindex_etl.normalize.documents import device_native
+from kindex_etl.normalize.documents import device_native, gpu_value
 from kindex_etl.normalize.slugs import timestamp_slug
 
 
@@ -110,7 +111,8 @@ def normalize_row(catalog: Catalog, row: Mapping[str, str], software: str = "") 
         upstream = _upstream_figure(row.get(DEVICE_TIME_COLUMNS[0]))
         factor = host_bound_factor(catalog)
         over, bound = host_bound(upstream, values["50"], factor)
-        spec["sourceNative"]["deviceTime"] = device_native(upstream, over, bound)
+        gpu = {c: gpu_value(c, row.get(c)) for c in GPU_STATE_COLUMNS}
+        spec["sourceNative"]["deviceTime"] = device_native(upstream, over, bound, gpu)
     if "50" in scaled:
         stats = {"median": scaled["50"]}
         if speed:

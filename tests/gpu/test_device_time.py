@@ -20,6 +20,7 @@ import pytest
 from kindex_etl.contracts import device_protocol
 from kindex_etl.contracts.digests import digest as contract_digest
 from kindex_etl.contracts.documents import BenchmarkProtocol
+from kindex_etl.contracts.upstream import GPU_STATE_COLUMNS
 from kindex_etl.gpu import device_ab, device_time, run_campaign
 from kindex_etl.normalize.descriptors import protocol_document
 
@@ -157,6 +158,44 @@ def test_every_point_records_the_gpus_state_and_a_throttled_one_is_marked(
             assert state["throttleNames"] == ["sw_power_cap"]
     calm, _ = _launch(tmp_path / "calm", {"STANDIN_THROTTLE": "0x1"})  # idle: no slowdown
     assert not any(r["device"]["throttled"] for r in calm)
+
+
+def test_the_csv_carries_each_points_gpu_state_as_the_runs_columns_read_it() -> None:
+    """device_time.csv's GPU_STATE_COLUMNS (issue 53): clocks, power and temperature of the
+    `busy` reading, the reasons of all three readings OR-ed, the launcher's own mark."""
+
+    def state(sm: int, reasons: int | None) -> dict[str, Any]:
+        return {"smClockMHz": sm, "memClockMHz": 2619, "powerW": 612.4, "temperatureC": 61,
+                "throttleReasons": reasons}  # fmt: skip
+
+    device = {
+        "gpu": {"before": state(1980, 0x1), "busy": state(1530, 0x4), "after": state(1755, None)},
+        "throttled": True,
+    }
+    assert device_time.gpu_columns(device) == {
+        "gpu_sm_clock_mhz": "1530", "gpu_mem_clock_mhz": "2619", "gpu_power_w": "612.4",
+        "gpu_temperature_c": "61", "gpu_throttle_reasons": "5", "gpu_throttled": "true",
+    }  # fmt: skip
+    # Idle only: not marked. No NVML (no `gpu`): every column empty.
+    calm = {"gpu": {m: state(1980, 0x1) for m in ("before", "busy", "after")}, "throttled": False}
+    assert device_time.gpu_columns(calm)["gpu_throttled"] == "false"
+    assert device_time.gpu_columns(calm)["gpu_throttle_reasons"] == "1"
+    assert set(device_time.gpu_columns({"method": "cupti"}).values()) == {""}
+    # A row of the CSV: upstream's columns, the upstream figure, then the state.
+    point = {"kernel_name": "rms_norm", "kernel_provider": "liger", "metric_name": "speed",
+             "kernel_operation_mode": "forward", "x_name": "T", "x_value": "1024",
+             "extra_benchmark_config_str": "{}"}  # fmt: skip
+    row = {**point, "y_value_50": "0.5", "gpu_name": "NVIDIA H100 80GB HBM3"}
+    record = device_time.point_record(
+        {"point": point, "upstream": {"p50_ms": 0.5},
+         "device": {"method": "cuda_graph", "p50_ms": 0.4, "p20_ms": 0.39, "p80_ms": 0.41,
+                    **device}}
+    )  # fmt: skip
+    rows = device_time.csv_rows([row], {"points": [record], "protocolVersion": 1})
+    text = device_time.to_csv(rows).decode()
+    header, line = text.splitlines()
+    assert header.split(",")[-7:] == ["upstream_y_value_50", *GPU_STATE_COLUMNS]
+    assert line.split(",")[-7:] == ["0.5", "1530", "2619", "612.4", "61", "5", "true"]
 
 
 def test_a_device_time_campaign_finds_a_3_percent_slowdown_that_upstreams_timer_misses(

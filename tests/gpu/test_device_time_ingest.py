@@ -3,7 +3,8 @@ tests/fixtures/h200_device_time_0.8.5/ uploaded as a re-run uploads them (device
 from each run's benchmark.csv and device_time.json, as `finish` makes it), ingested, kept
 apart from upstream's timer, and analysed with the device-time calibration class. The last
 test runs the STAND-IN harness (tests/gpu/standin_device/) through a `--device-time` campaign
-into the warehouse."""
+into the warehouse; with a throttled stand-in GPU, every device-time run carries the GPU's
+clocks, power and throttle state (issue 53), in a warehouse made before those columns too."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
@@ -23,10 +25,13 @@ from kindex_etl.analysis.calibration import default_calibration
 from kindex_etl.analysis.run import detect_changes
 from kindex_etl.analysis.series import RunSource
 from kindex_etl.contracts.digests import digest
+from kindex_etl.contracts.upstream import GPU_STATE_COLUMNS
 from kindex_etl.gpu import device_ab, device_time, run_campaign
 from kindex_etl.ingestion.reprocess import reprocess
 from kindex_etl.load import layout
+from kindex_etl.maintenance.migrate import migrate
 from kindex_etl.storage import open_store
+from tests.helpers import documents
 
 from .conftest import (
     BASELINE_VERSION,
@@ -59,6 +64,11 @@ def _ingest(tmp: Path, campaigns: list[str]) -> tuple[str, Any, dict[str, int]]:
     return wh, summary, rows
 
 
+def _documents(wh: str) -> list[dict[str, Any]]:
+    """Every BenchmarkRun document the warehouse holds."""
+    return documents(Path(wh), layout.RUNS)
+
+
 def _runs(wh: str) -> list[dict[str, Any]]:
     w = open_warehouse(wh, create=False)
     w.refresh()
@@ -70,18 +80,31 @@ def _runs(wh: str) -> list[dict[str, Any]]:
 def _recorded(campaigns: list[str]) -> dict[tuple[str, ...], dict[str, Any]]:
     """Each timed point's record in device_time.json, by the twin row it measured: (run's
     version, kernel, provider, pass, x, config, upstream's median as the CSV wrote it)."""
+    return _points(
+        path for c in campaigns for path in (FIXTURE / c / "runs").glob("*/*/device_time.json")
+    )
+
+
+def _points(paths: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+    """`_recorded` over these device_time.json files (each in its run's folder)."""
     out = {}
-    for campaign in campaigns:
-        for path in (FIXTURE / campaign / "runs").glob("*/*/device_time.json"):
-            for p in json.loads(path.read_text())["points"]:
-                if p["protocolDigest"] and p["point"]:
-                    pt = p["point"]
-                    run, figure = path.parent.name, float(p["upstream"]["p50_ms"])
-                    key = (run, pt["kernel_name"], pt["kernel_provider"],
-                           pt["kernel_operation_mode"], pt["x_value"],
-                           pt["extra_benchmark_config_str"], figure)  # fmt: skip
-                    out[key] = p
+    for path in paths:
+        for p in json.loads(path.read_text())["points"]:
+            if p["protocolDigest"] and p["point"]:
+                pt = p["point"]
+                run, figure = path.parent.name, float(p["upstream"]["p50_ms"])
+                key = (run, pt["kernel_name"], pt["kernel_provider"],
+                       pt["kernel_operation_mode"], pt["x_value"],
+                       pt["extra_benchmark_config_str"], figure)  # fmt: skip
+                out[key] = p
     return out
+
+
+def _point_of(recorded: dict[tuple[str, ...], dict[str, Any]], r: dict[str, Any]) -> Any:
+    """The device_time.json point a device-time run was made from."""
+    run_id = r["source_key"].split("/")[2]
+    return recorded[(run_id, r["kernel"], r["provider"], r["operation_mode"], r["x_value"],
+                     r["config"], r["upstream_timer_p50"])]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -105,9 +128,7 @@ def test_each_timed_point_is_a_run_of_the_device_protocol_beside_its_twin(
     recorded = _recorded(["campaign-slow3"])
     twins = {r["external_id"]: r for r in upstream if r["metric"] == "speed"}
     for r in device:
-        run_id = r["source_key"].split("/")[2]
-        p = recorded[(run_id, r["kernel"], r["provider"], r["operation_mode"], r["x_value"],
-                      r["config"], r["upstream_timer_p50"])]  # fmt: skip
+        p = _point_of(recorded, r)
         # The device figures, the protocol the GPU host recorded, its host-bound verdict.
         assert r["metric"] == "speed" and r["source_p50"] == p["device"]["p50_ms"]
         assert r["latency_ns_median"] == round(p["device"]["p50_ms"] * 1e6)
@@ -123,8 +144,14 @@ def test_each_timed_point_is_a_run_of_the_device_protocol_beside_its_twin(
             assert r[column] == twin[column], column
         assert twin["source_p50"] == r["upstream_timer_p50"]
         assert twin["protocol_digest"] != r["protocol_digest"]
-        assert all(twin[c] is None for c in DEVICE)
+        assert all(twin[c] is None for c in (*DEVICE, *GPU_STATE_COLUMNS))
+        # The H200 campaigns were recorded before the launcher read NVML: no GPU state.
+        assert "gpu" not in p["device"]
+        assert all(r[c] is None for c in GPU_STATE_COLUMNS)
     assert {r["host_bound"] for r in device} == {True, False}
+    # Their documents are as before issue 53: no `gpu` in sourceNative.deviceTime.
+    for doc in _documents(wh):
+        assert "gpu" not in doc["spec"]["sourceNative"].get("deviceTime", {})
 
 
 def test_device_protocols_are_documents_of_their_own_and_never_in_an_upstream_series(
@@ -260,3 +287,199 @@ def test_a_standin_device_time_campaign_uploads_runs_the_ingest_keeps_apart(
     assert any(r["host_bound"] for r in device) and not all(r["host_bound"] for r in device)
     assert pc.sum(pc.is_valid(pc.cast([r["upstream_over_device"] for r in device],
                                       "double"))).as_py() == 36  # fmt: skip
+    # The stand-in GPU runs unthrottled at 1,980 MHz: its state is in every device-time run,
+    # none of them marked; upstream's timer's runs carry none.
+    assert {tuple(r[c] for c in GPU_STATE_COLUMNS) for r in device} == {
+        (1980, 2619, 500.0, 50, 0, False)
+    }
+    assert all(r[c] is None for r in runs if r["host_bound"] is None for c in GPU_STATE_COLUMNS)
+
+
+MASTER_5AE26C4 = FIXTURES / "warehouse-main-5ae26c4"
+# A stand-in GPU at 1,500 MHz under SW power cap (0x4), NVML's reason on the lent H100.
+THROTTLED = {"STANDIN_SM_CLOCK": "1500", "STANDIN_THROTTLE": "0x4"}
+
+
+def _standin_upload(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, upstream: Path) -> Any:
+    """A `--device-time` campaign of the STAND-IN harness on a throttled stand-in GPU,
+    uploaded to `upstream` as a re-run uploads it."""
+    for name, value in THROTTLED.items():
+        monkeypatch.setenv(name, value)
+    sdists = tmp_path / "dist"
+    result = run_campaign(
+        STANDIN_VERSION, baseline=BASELINE_VERSION, kernels=["rms_norm"], repeats=1,
+        sdist=build_standin_sdist(sdists, STANDIN_VERSION, STANDIN_DEVICE_SDIST),
+        baseline_sdist=build_standin_sdist(sdists, BASELINE_VERSION, STANDIN_DEVICE_SDIST),
+        workdir=tmp_path / "work", upstream=str(upstream), device_time=True,
+    )  # fmt: skip
+    assert result.ok and len(result.runs) == 2
+    return result
+
+
+def _assert_state_recorded(runs: list[dict[str, Any]], result: Any) -> list[dict[str, Any]]:
+    """Every device-time run holds its point's GPU state as device_time.json recorded it."""
+    recorded = _points(Path(r.output_dir) / device_time.RESULT_FILE for r in result.runs)
+    device = [r for r in runs if r["host_bound"] is not None]
+    assert len(device) == len(recorded) == 36
+    for r in device:
+        p = _point_of(recorded, r)["device"]
+        busy = p["gpu"]["busy"]
+        mask = 0
+        for moment in ("before", "busy", "after"):
+            mask |= p["gpu"][moment]["throttleReasons"]
+        assert r["gpu_sm_clock_mhz"] == busy["smClockMHz"] == 1500
+        assert r["gpu_mem_clock_mhz"] == busy["memClockMHz"] == 2619
+        assert r["gpu_power_w"] == busy["powerW"] == 500.0
+        assert r["gpu_temperature_c"] == busy["temperatureC"] == 50
+        assert r["gpu_throttle_reasons"] == mask == 0x4  # sw_power_cap
+        # The point was measured under a slowdown reason: marked, as the launcher marked it.
+        assert r["gpu_throttled"] is p["throttled"] is True
+    return device
+
+
+def test_every_device_time_run_carries_the_gpus_clocks_power_and_throttle_state(
+    tmp_path: Path, standin_device: Callable[[], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 53: the state device_launch.py reads from NVML per point, in the runs table and
+    the run documents; upstream's timer's runs carry none; reprocess keeps it."""
+    standin_device()
+    result = _standin_upload(tmp_path, monkeypatch, tmp_path / "up")
+    wh = str(tmp_path / "wh")
+    summary = ingest(str(tmp_path / "up"), wh, IngestOptions(trigger=False))
+    assert summary.quarantined_rows == 0
+    runs = _runs(wh)
+    device = _assert_state_recorded(runs, result)
+    assert all(r[c] is None for r in runs if r["host_bound"] is None for c in GPU_STATE_COLUMNS)
+    # The documents: sourceNative.deviceTime.gpu on device-time runs, nothing on the others.
+    docs = {d["spec"]["sourceNative"]["externalId"]: d for d in _documents(wh)}
+    assert len(docs) == len(runs)
+    for r in runs:
+        native = docs[r["external_id"]]["spec"]["sourceNative"]
+        if r["host_bound"] is None:
+            assert "deviceTime" not in native
+            continue
+        assert native["deviceTime"]["gpu"] == {
+            "smClockMHz": 1500, "memClockMHz": 2619, "powerW": 500.0, "temperatureC": 50,
+            "throttleReasons": 4, "throttled": True,
+        }  # fmt: skip
+    # Reprocess rebuilds the runs from the warehouse (a catalog change): the state stays.
+    catalog_dir = tmp_path / "catalog"
+    shutil.copytree(Path(device_time.PROTOCOLS_FILE).parent, catalog_dir)
+    workloads = json.loads((catalog_dir / "workloads.json").read_text())
+    workloads["catalogVersion"] += ".1"
+    (catalog_dir / "workloads.json").write_text(json.dumps(workloads))
+    report = reprocess(wh, catalog=load_catalog(catalog_dir))
+    assert report.commit is not None and report.moved == 0 and report.newly_held == 0
+    after = {r["external_id"]: r for r in _runs(wh)}
+    assert len(after) == len(runs)
+    for r in device:
+        assert {c: after[r["external_id"]][c] for c in GPU_STATE_COLUMNS} == {
+            c: r[c] for c in GPU_STATE_COLUMNS
+        }
+    again = {d["spec"]["sourceNative"]["externalId"]: d for d in _documents(wh)}
+    for r in device:
+        native = again[r["external_id"]]["spec"]["sourceNative"]["deviceTime"]
+        assert native["gpu"]["throttled"] is True and native["gpu"]["smClockMHz"] == 1500
+
+
+def test_a_warehouse_made_before_the_gpu_columns_reads_and_takes_device_time_runs(
+    tmp_path: Path, standin_device: Callable[[], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Main at 5ae26c4's warehouse (no device-time columns at all), migrated to Delta, then
+    a throttled device-time campaign appended: the Delta schema gains the gpu columns, its
+    files written before read them as null, every reader sees both, through a compaction and
+    a reprocess."""
+    from deltalake import DeltaTable
+
+    from kindex_etl.contracts import tables
+    from kindex_etl.maintenance import compact
+
+    wh, up = tmp_path / "wh", tmp_path / "up"
+    shutil.copytree(MASTER_5AE26C4 / "warehouse", wh)
+    with monkeypatch.context() as before_53:  # its Delta log as the code before issue 53 made it
+        before_53.setattr(tables, "RUN_SCHEMA", pa.schema(
+            [f for f in tables.RUN_SCHEMA if f.name not in GPU_STATE_COLUMNS]
+        ))  # fmt: skip
+        migrate(str(wh))
+    before = DeltaTable(str(wh / layout.RUNS))
+    assert "gpu_throttled" not in [f.name for f in before.schema().fields]
+    old = {r["external_id"] for r in _runs(str(wh))}
+    assert len(old) == 41
+
+    standin_device()
+    result = _standin_upload(tmp_path, monkeypatch, up)
+    ingest(str(up), str(wh), IngestOptions(trigger=False))
+
+    def check() -> None:
+        runs = _runs(str(wh))
+        _assert_state_recorded(runs, result)
+        # Upstream's runs (5ae26c4's, the stand-in's upstream timer): no state.
+        others = {r["external_id"] for r in runs if r["host_bound"] is None}
+        assert len(others) == len(runs) - 36
+        delta_runs = DeltaTable(str(wh / layout.RUNS))
+        names = [f.name for f in delta_runs.schema().fields]
+        assert set(GPU_STATE_COLUMNS) <= set(names)
+        got = delta_runs.to_pyarrow_table(columns=["external_id", *GPU_STATE_COLUMNS]).to_pylist()
+        assert sorted(r["external_id"] for r in got) == sorted(r["external_id"] for r in runs)
+        marked = [r for r in got if r["gpu_throttled"]]
+        assert len(marked) == 36 and {r["gpu_sm_clock_mhz"] for r in marked} == {1500}
+        for r in got:
+            if r["external_id"] in others:
+                assert all(r[c] is None for c in GPU_STATE_COLUMNS)
+
+    check()
+    assert old < {r["external_id"] for r in _runs(str(wh))}
+    compact(str(wh))
+    check()
+    # A reprocess reads the old files (no device-time columns) beside the new ones: the
+    # device-time runs stay device-time runs, their state kept (and 5ae26c4's held-back dyt
+    # rows released, as tests/ingestion/test_reprocess.py has it).
+    runs_before = len(_runs(str(wh)))
+    assert runs_before == 41 + 2 * (18 + 18)  # each run: 18 upstream-timer, 18 device-time
+    report = reprocess(str(wh))
+    assert report.runs_after == runs_before + 10
+    check()
+    # The quarantine's Delta schema gains the device-time columns too (the reprocess rewrote
+    # 5ae26c4's held-back row in the new shape): every held row reads through it.
+    held = DeltaTable(str(wh / layout.QUARANTINE)).to_pyarrow_table()
+    assert set(GPU_STATE_COLUMNS) <= set(held.column_names)
+    assert held.column("reason").to_pylist() == ["unknown_gpu"]
+
+
+def test_a_held_back_device_time_row_keeps_its_own_columns_for_its_replay(
+    tmp_path: Path, standin_device: Callable[[], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A device-time row held back (a GPU the catalog does not know yet) keeps its CSV's own
+    columns in the quarantine; replayed once the catalog knows the GPU, it is a run with its
+    upstream figure, host-bound flag and GPU state, as if it had been ingested at once."""
+    from kindex_etl import replay
+    from kindex_etl.ingestion.replay import open_quarantine
+
+    standin_device()
+    monkeypatch.setenv("STANDIN_GPU_NAME", "NVIDIA Z9000 Prototype")
+    result = _standin_upload(tmp_path, monkeypatch, tmp_path / "up")
+    wh = str(tmp_path / "wh")
+    summary = ingest(str(tmp_path / "up"), wh, IngestOptions(trigger=False))
+    assert summary.quarantined_by_reason == {"unknown_gpu": 72}
+    held = open_quarantine(wh)
+    device_rows = held.filter(pc.starts_with(held.column("metric_name"), "device_time."))
+    assert device_rows.num_rows == 36
+    assert set(device_rows.column("gpu_throttled").to_pylist()) == {"true"}
+    assert set(device_rows.column("gpu_sm_clock_mhz").to_pylist()) == {"1500"}
+    upstream_rows = held.filter(pc.equal(held.column("metric_name"), "speed"))
+    assert set(upstream_rows.column("gpu_throttled").to_pylist()) == {""}
+
+    catalog_dir = tmp_path / "catalog"
+    catalog_dir.mkdir()
+    gpus = json.loads((Path(device_time.PROTOCOLS_FILE).parent / "gpus.json").read_text())
+    gpus["gpus"].append(
+        {"match": "NVIDIA Z9000", "vendor": "nvidia", "product": "NVIDIA Z9000",
+         "architecture": "sm_200", "family": "Future", "segment": "datacenter"}
+    )  # fmt: skip
+    (catalog_dir / "gpus.json").write_text(json.dumps(gpus))
+    fixed = replay(wh, catalog=load_catalog(catalog_dir))
+    assert fixed.runs_written == 72 and open_quarantine(wh).num_rows == 0
+    runs = _runs(wh)
+    device = _assert_state_recorded(runs, result)
+    assert all(r["upstream_timer_p50"] is not None for r in device)
+    assert any(r["host_bound"] for r in device) and not all(r["host_bound"] for r in device)

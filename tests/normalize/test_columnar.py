@@ -12,8 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kindex_etl.catalog import default_catalog
+from kindex_etl.contracts.device_protocol import metric_name
 from kindex_etl.contracts.documents import BenchmarkRun
-from kindex_etl.contracts.upstream import UPSTREAM_COLUMNS
+from kindex_etl.contracts.upstream import DEVICE_TIME_COLUMNS, GPU_STATE_COLUMNS, UPSTREAM_COLUMNS
 from kindex_etl.demo import sample_rows
 from kindex_etl.normalize.columnar import (
     ColumnarNormalizer,
@@ -278,3 +279,55 @@ def test_groups_are_np_uniques_groups_numbered_by_first_appearance(values: list[
     # Numbered by first appearance: group i's first row comes before group i+1's.
     assert first.tolist() == sorted(first.tolist())
     assert len(first) == len(uniq) and len(inverse) == len(u_inverse.reshape(-1))
+
+
+def test_device_time_rows_with_the_gpus_state_agree_with_the_reference():
+    """Issue 53: a device-time CSV's GPU_STATE_COLUMNS reach the runs' gpu_* columns and
+    sourceNative.deviceTime.gpu alike in both normalizers; empty or malformed fields are null
+    and left out of the document, which is then what it was before the columns existed."""
+    metric = metric_name("cuda_graph")
+    state = dict(zip(GPU_STATE_COLUMNS, ("1530", "2619", "612.4", "61", "4", "true"), strict=True))
+    rows = [
+        row(metric_name=metric, **{DEVICE_TIME_COLUMNS[0]: "0.2"}, **state),
+        row(
+            metric_name=metric,
+            timestamp="2026-06-10 21:03:43",
+            **{DEVICE_TIME_COLUMNS[0]: "nan"},
+            **{**state, "gpu_power_w": "", "gpu_throttled": "false", "gpu_sm_clock_mhz": "fast"},
+        ),
+        row(
+            metric_name=metric,
+            timestamp="2026-06-10 21:03:44",
+            **{DEVICE_TIME_COLUMNS[0]: "0.3"},
+            **dict.fromkeys(GPU_STATE_COLUMNS, ""),
+        ),
+        row(timestamp="2026-06-10 21:03:45", **{DEVICE_TIME_COLUMNS[0]: ""}, **state),
+    ]
+    catalog = default_catalog()
+    batch = pa.RecordBatch.from_pydict(
+        {c: pa.array([r[c] for r in rows], pa.string()) for c in (*UPSTREAM_COLUMNS,
+                                                                  *DEVICE_TIME_COLUMNS)}
+    )  # fmt: skip
+    out = ColumnarNormalizer(catalog).normalize(
+        batch, source_key="k", source_etag="e", lines=np.arange(2, len(rows) + 2)
+    )
+    docs = [json.loads(line) for line in out.json_lines.to_pylist()]
+    assert docs == [normalize_row(catalog, r).run for r in rows]
+    runs = out.runs.select(list(GPU_STATE_COLUMNS)).to_pylist()
+    assert runs == [
+        {"gpu_sm_clock_mhz": 1530, "gpu_mem_clock_mhz": 2619, "gpu_power_w": 612.4,
+         "gpu_temperature_c": 61, "gpu_throttle_reasons": 4, "gpu_throttled": True},
+        {"gpu_sm_clock_mhz": None, "gpu_mem_clock_mhz": 2619, "gpu_power_w": None,
+         "gpu_temperature_c": 61, "gpu_throttle_reasons": 4, "gpu_throttled": False},
+        dict.fromkeys(GPU_STATE_COLUMNS),
+        dict.fromkeys(GPU_STATE_COLUMNS),  # upstream's timer: no state, whatever the CSV says
+    ]  # fmt: skip
+    native = [d["spec"]["sourceNative"].get("deviceTime") for d in docs]
+    full = {"smClockMHz": 1530, "memClockMHz": 2619, "powerW": 612.4, "temperatureC": 61}
+    assert native[0]["gpu"] == {**full, "throttleReasons": 4, "throttled": True}
+    partial = {"memClockMHz": 2619, "temperatureC": 61, "throttleReasons": 4, "throttled": False}
+    assert native[1]["gpu"] == partial
+    assert "gpu" not in native[2] and native[3] is None
+    # Every line stays its model's canonical rendering.
+    for doc in docs:
+        assert BenchmarkRun.model_validate(doc).document() == doc
