@@ -346,6 +346,9 @@ RULE_SETTINGS = (
     "confirm_points",
     "memory_confirm_points",
     "announce_z",
+    "noise_cap",
+    "repeat_min_dof",
+    "jump_min_points",
 )
 
 

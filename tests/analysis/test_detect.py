@@ -69,6 +69,40 @@ def test_one_release_spike_is_a_transient_and_a_step_at_the_end_is_pending(
     ]
 
 
+def test_one_wild_run_does_not_hide_its_series_step(tmp_path: Path) -> None:
+    # A series' noise is its typical release's, not the mean: one run whose p20-p80 spans 3x
+    # (upstream's distill_jsd_loss at 4c32ab6) made the mean sigma hide a 20 % step.
+    values = [0.1] * 3 + [0.12] * 5
+    rows = series_rows(values)
+    rows[5] |= {"y_value_20": repr(0.12 * 0.5), "y_value_80": repr(0.12 * 1.5)}
+    wh = build_warehouse(tmp_path, [rows])
+    (c,) = detect_changes(open_store(wh)).full_changes()
+    assert (c["after_release"], c["state"]) == (RELEASES[3], "alert")
+
+
+def test_one_pair_of_repeats_does_not_set_its_series_noise(tmp_path: Path) -> None:
+    # Two runs of one release that disagree by 25 % are one degree of freedom: the noise
+    # model, not they, sets the series' sigma (upstream's 0a62700, measured twice days apart).
+    values = [0.1] * 3 + [0.12] * 5
+    rows = series_rows(values)
+    low, high = 0.12 * 0.89, 0.12 * 1.12
+    again = rows[6] | {"timestamp": "2026-07-02 10:00:00"}
+    rows.append(again)
+    for r, v in ((rows[6], low), (again, high)):
+        r |= {"y_value_50": repr(v), "y_value_20": repr(v * 0.99), "y_value_80": repr(v * 1.01)}
+    wh = build_warehouse(tmp_path, [rows])
+    (c,) = detect_changes(open_store(wh)).full_changes()
+    assert (c["after_release"], c["state"], c["after_runs"]) == (RELEASES[3], "alert", 6)
+
+
+def test_a_series_that_jumps_between_levels_has_no_change(tmp_path: Path) -> None:
+    # Narrow bands inside each run, but the points jump by half from commit to commit (as
+    # layer_norm's backward does on upstream's H100): its own neighbours set its noise.
+    values = [0.10, 0.10, 0.15, 0.10, 0.15, 0.15, 0.10, 0.15]
+    wh = build_warehouse(tmp_path, [series_rows(values)])
+    assert detect_changes(open_store(wh)).changes == []
+
+
 def test_small_steps_below_the_minimum_effect_are_not_changes(tmp_path: Path) -> None:
     # 3 % with almost no noise: statistically clear, practically below the 5 % minimum.
     values = [0.1] * 4 + [0.103] * 4
