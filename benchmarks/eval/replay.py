@@ -19,7 +19,8 @@ command lists the warehouse's runs against a clean ingest of everything at once.
 Prints one line per hour and one JSON object at the end: hours, the per-hour wall and analysis
 seconds, every comparison (changes compared, how many differ, and by which transition) and
 whether the end matches the clean ingest (same runs; the same changes in the same states,
-retracted ones aside).
+retracted ones aside, and announced alerts that rule 6 holds where one ingest, which never
+announced them, says `pending`).
 """
 
 from __future__ import annotations
@@ -189,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
     kindex("ingest", "--upstream", str(watched), "--warehouse", str(clean), "--no-trigger")
     final = current_states(warehouse)
     taken_back = {c: final.get(c, "absent") for c in announced if final.get(c) != "alert"}
+    # Rule 6 holds an announced alert while it is found at all: one ingest of everything never
+    # announced it, so there it may be `pending`. Every other change must match.
+    once = live(current_states(clean))
+    held = {c for c in announced if final.get(c) == "alert" and once.get(c) == "pending"}
     result = {
         "hours": len(hours),
         "announced_alerts": len(announced),
@@ -201,8 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         "days": days,
         "same_runs_as_one_ingest": runs_of(warehouse) == runs_of(clean),
         # Retracted changes aside: the clean ingest never reported what later runs undid.
-        "final_changes_as_one_ingest": live(current_states(warehouse))
-        == live(current_states(clean)),
+        "held_alerts_pending_in_one_ingest": len(held),
+        "final_changes_as_one_ingest": {c: s for c, s in live(final).items() if c not in held}
+        == {c: s for c, s in once.items() if c not in held},
     }
     print(json.dumps(result))
     agreed = (

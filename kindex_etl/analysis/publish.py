@@ -139,6 +139,13 @@ def current_steps(store: ObjectStore) -> list[dict[str, Any]]:
     return [r for r in latest_rows(warehouse, _STEP_COLUMNS) if r["state"] != RETRACTED]
 
 
+def announced_alerts(store: ObjectStore) -> frozenset[str]:
+    """The changes whose current row is an `alert`: announced, and not taken back."""
+    warehouse = Warehouse(store)
+    warehouse.refresh()
+    return frozenset(cid for cid, k in known_changes(warehouse).items() if k.state == "alert")
+
+
 def known_states(warehouse: Warehouse) -> dict[str, str]:
     """change_id -> its latest committed state."""
     return {cid: k.state for cid, k in known_changes(warehouse).items()}

@@ -27,7 +27,9 @@ provider's benchmark code). Then, in this order:
 6. `confirmation` (`unconfirmed`): a change is announced once `confirm_points` points after it
    hold the new level (memory, deterministic: `memory_confirm_points`) and, for speed, once its
    z reaches `announce_z`: found at the detector's z, announced at a higher one (hysteresis),
-   `pending` in between.
+   `pending` in between. An alert once announced (`hold_announced`) stays one while it is
+   found at all: its z moving back under `announce_z` as the series' noise estimate moves is
+   no evidence against it; only the rules above, or its step gone, take it back.
 
 Every rule that weighed something writes it into the row's `evidence` (one clause each, in
 this order), whether or not it changed the state; no rule silences a whole commit or kernel.
@@ -239,3 +241,13 @@ def unconfirmed(points_after: int, at_end: bool, need: int) -> bool:
     """Rule 6: a new level at the end of its series, held by fewer than `need` points so far,
     is `pending` (never announced) until more points hold it."""
     return at_end and points_after < need
+
+
+def hold_announced(rows: Iterable[dict[str, Any]], announced: frozenset[str]) -> None:
+    """Rule 6, once announced: a `pending` change whose current row is an announced `alert`
+    stays `alert`. It is still found (at the detector's z, with its direction: the change id
+    holds both), so what moved is the confirmation's margin, not the evidence for the step."""
+    for row in rows:
+        if row["state"] == "pending" and row["change_id"] in announced:
+            row["state"] = "alert"
+            note(row, "announced before and still found: held as an alert (rule 6)")

@@ -20,7 +20,8 @@ from .analysed import analysed_through, record_analysed
 from .buckets import BucketWork, Findings, analyse_buckets
 from .calibration import Calibration, default_calibration
 from .controls import mark_baseline_steps, mark_shared_steps, unsettled
-from .publish import Scope, current_steps
+from .publish import Scope, announced_alerts, current_steps
+from .rules import hold_announced
 from .schema import RETRACTED
 from .series import BUCKET_ROWS, RunSource, touched_by, touched_since, version_order
 from .spill import PointSpill, RunIdSpill
@@ -173,6 +174,7 @@ def detect_changes(
             others = [r for r in others if r["series_key"] not in result.analysed_series]
     mark_shared_steps(result.changes, kernels, across, context=others,
                       rule=cal.settings.class_rule, code=hist.source_changes)  # fmt: skip
+    hold_announced(result.changes, announced_alerts(store))
     result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from kindex_etl.analysis.calibration import default_calibration
+from kindex_etl.analysis.calibration import RULE_SETTINGS, default_calibration
 from kindex_etl.analysis.controls import mark_shared_steps
 from kindex_etl.analysis.rules import RULES, SeriesEvidence, judge_series
-from kindex_etl.analysis.run import detect_changes
+from kindex_etl.analysis.run import detect_changes, run_regressions
 from kindex_etl.extract.history import History
 from kindex_etl.storage import open_store
 from tests.analysis.test_commits import KERNEL, SHAS, STEP, ci_warehouse, history
@@ -159,8 +159,27 @@ def test_the_rules_are_listed_in_order_and_documented() -> None:
         assert f"`{name}`" in doc, name
 
 
-@pytest.mark.parametrize("name", ["class_tolerance", "class_min_peers", "launch_bound_ns",
-                                  "confirm_points", "memory_confirm_points"])  # fmt: skip
+def test_an_announced_alert_stays_one_while_it_is_found(tmp_path: Path) -> None:
+    # Rule 6 announces at `announce_z`; once announced, a lower margin (the series' noise
+    # estimate grew) is no evidence against the step: the alert holds, and says why. A change
+    # never announced waits as before, and the hourly and the full analysis agree.
+    values = [0.2] * 6 + [0.26] * 2
+    wh = ci_warehouse(tmp_path, {(KERNEL, "liger"): values, (KERNEL, "torch"): FLAT})
+    cal = default_calibration()
+    shy = replace(cal, settings=replace(cal.settings, announce_z=1000.0))
+    (never,) = detect_changes(open_store(wh), history=history(), calibration=shy).changes
+    assert never["state"] == "pending"
+    (told,) = run_regressions(wh, report=False, history=history(), calibration=cal).changes
+    assert told["state"] == "alert"
+    for after_seq in (None, 0):
+        (held,) = detect_changes(
+            open_store(wh), history=history(), calibration=shy, after_seq=after_seq
+        ).changes
+        assert (held["change_id"], held["state"]) == (told["change_id"], "alert")
+        assert "announced before and still found" in held["evidence"]
+
+
+@pytest.mark.parametrize("name", RULE_SETTINGS)
 def test_every_threshold_of_the_rules_lives_in_calibration_json(name: str) -> None:
     import json
     from importlib import resources
