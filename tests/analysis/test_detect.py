@@ -103,6 +103,20 @@ def test_a_series_that_jumps_between_levels_has_no_change(tmp_path: Path) -> Non
     assert detect_changes(open_store(wh)).changes == []
 
 
+def test_points_after_a_step_that_disagree_do_not_confirm_it(tmp_path: Path) -> None:
+    # Rule 6: +50 % and +100 % after a jittery level is a step, but not yet a level two points
+    # hold (upstream's layer_norm backward: 190 then 255 ms after 141, taken back by the next
+    # point); two points that agree are.
+    scattered = [0.10, 0.11, 0.10, 0.11, 0.10, 0.11, 0.15, 0.20]
+    agreeing = [0.10, 0.11, 0.10, 0.11, 0.10, 0.11, 0.175, 0.175]
+    wh = build_warehouse(tmp_path, [series_rows(scattered), series_rows(agreeing, x="4096")])
+    changes = detect_changes(open_store(wh)).changes
+    assert {(c["x_value"], c["after_release"], c["state"]) for c in changes} == {
+        ("2048", RELEASES[6], "pending"),
+        ("4096", RELEASES[6], "alert"),
+    }
+
+
 def test_small_steps_below_the_minimum_effect_are_not_changes(tmp_path: Path) -> None:
     # 3 % with almost no noise: statistically clear, practically below the 5 % minimum.
     values = [0.1] * 4 + [0.103] * 4
