@@ -84,7 +84,16 @@ def render(fixture: Path) -> str:
             f"torch {host.get('torch')}, triton {host.get('triton')}; {c['pairs']} batch "
             f"pairs per point after {c['heatMs']:.0f} ms of heat per side, clock tolerance "
             f"{c['clockTolerance'] * 100:.0f} %; started {c['startedAt']}, budget "
-            f"{c['budgetSeconds']:.0f} s. Sittings: {sittings}."
+            f"{c['budgetSeconds']:.0f} s"
+            + (
+                f"; protocol {c['protocolVersion']}: up to {c['maxReplaysPerBatch']} replays a "
+                f"batch, a spin of {c['holdUs']:.0f} us before each graph batch, points under "
+                f"{c['reprepareUnderUs']:.0f} us prepared {c['preparations']} times a side"
+                if "preparations" in c and "holdUs" in c
+                else f"; protocol {c.get('protocolVersion', 1)}: one preparation a side, up to "
+                f"{c['deviceTime']['maxReplaysPerBatch']} replays a batch"
+            )
+            + f". Sittings: {sittings}."
             + (f" Skipped by the budget: {skipped}." if skipped else ""),
             "",
         ]
@@ -92,8 +101,9 @@ def render(fixture: Path) -> str:
     out += [
         "## A/A per kernel (a build against itself, same sitting)",
         "",
-        "Each pair is one speed point (provider, pass, shape): the median over its batch pairs "
-        "of B / A. Bar (issue 53): median under 0.5 % and at most 5 % of pairs over 2 %. "
+        "Each pair is one speed point (provider, pass, shape): B / A, the median over its "
+        "quads (an AB batch pair and the BA pair after it, their mean log ratio) of "
+        "e^ln(B / A). Bar (issue 53): median under 0.5 % and at most 5 % of pairs over 2 %. "
         "Throttled: points with a slowdown reason (NVML; here SW power cap) set during a "
         "batch. SM clock: the median NVML SM clock during the batches.",
         "",
