@@ -53,7 +53,7 @@ from typing import Any
 from kindex_etl.gpu import device_time
 
 PROTOCOL = "kindex-paired-device-time"
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # 2: 12 preparations, no hold (one H100 campaign, 2026-12-07)
 PAIRS = 24  # batch pairs per point, ABBA: each side first in half of them
 HEAT_MS = 100.0  # untimed work per side before a point's batches
 # A point whose one call or replay takes under REPREPARE_UNDER_US is prepared PREPARATIONS
