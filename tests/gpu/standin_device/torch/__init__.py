@@ -139,6 +139,11 @@ class cuda:
         pass
 
     @staticmethod
+    def _sleep(cycles):
+        _state["slept"] = _state.get("slept", 0) + cycles
+        standin_kernel(cycles / 1980.0)  # a spin kernel at 1,980 MHz
+
+    @staticmethod
     def is_available():
         return True
 
