@@ -16,6 +16,7 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -38,6 +39,22 @@ def _order(v: pa.Verdict) -> tuple[str, str, int, str, int]:
 
 def _pct(x: float | None, places: int = 2) -> str:
     return "" if x is None else f"{x:.{places}f} %"
+
+
+def _protocol(c: dict[str, Any]) -> str:
+    """What the campaign's protocol version did (its campaign.json's own parameters)."""
+    cap = c.get("maxReplaysPerBatch", c["deviceTime"]["maxReplaysPerBatch"])
+    text = f"; protocol {c.get('protocolVersion', 1)}: up to {cap} replays a batch"
+    if c.get("holdUs"):
+        text += f", a spin of {c['holdUs']:.0f} us before each graph batch"
+    if c.get("preparations", 1) > 1:
+        text += (
+            f", points under {c['reprepareUnderUs']:.0f} us prepared {c['preparations']} "
+            "times a side"
+        )
+    else:
+        text += ", one preparation a side"
+    return text
 
 
 def render(fixture: Path) -> str:
@@ -85,14 +102,7 @@ def render(fixture: Path) -> str:
             f"pairs per point after {c['heatMs']:.0f} ms of heat per side, clock tolerance "
             f"{c['clockTolerance'] * 100:.0f} %; started {c['startedAt']}, budget "
             f"{c['budgetSeconds']:.0f} s"
-            + (
-                f"; protocol {c['protocolVersion']}: up to {c['maxReplaysPerBatch']} replays a "
-                f"batch, a spin of {c['holdUs']:.0f} us before each graph batch, points under "
-                f"{c['reprepareUnderUs']:.0f} us prepared {c['preparations']} times a side"
-                if "preparations" in c and "holdUs" in c
-                else f"; protocol {c.get('protocolVersion', 1)}: one preparation a side, up to "
-                f"{c['deviceTime']['maxReplaysPerBatch']} replays a batch"
-            )
+            + _protocol(c)
             + f". Sittings: {sittings}."
             + (f" Skipped by the budget: {skipped}." if skipped else ""),
             "",

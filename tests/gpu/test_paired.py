@@ -236,3 +236,40 @@ def _report() -> Any:
 
 def test_the_paired_page_is_current() -> None:
     assert PAGE.read_text() == _report().render(FIXTURE)
+
+
+# The trial of protocol 2 on the H100 (device machine, 2026-12-07 19:19): 12 preparations a
+# side for points under 1 ms, batches up to 1,000 replays, no spin before a batch. The budget
+# held rope's and swiglu's A/A only (each sitting 4 times as long as before).
+
+PREP12 = FIXTURES / "h100_paired_0.8.5_prep12"
+PREP12_PAGE = PAGE.with_name("h100-paired-device-time-0.8.5-prep12.md")
+
+
+def test_h100_prep12_trial_samples_placement_and_rope_still_fails() -> None:
+    campaign = json.loads((PREP12 / "campaign-h100p" / "campaign.json").read_text())
+    assert campaign["gpu"]["name"] == "NVIDIA H100 80GB HBM3"
+    assert campaign["protocolVersion"] == 2 and campaign["preparations"] == 12
+    assert [s["kernel"] for s in campaign["sittings"]] == ["rope", "swiglu"]
+    assert [s["seconds"] for s in campaign["sittings"]] == [221.88, 292.87]
+    lines = (PREP12 / "campaign-h100p" / "sittings" / "rope.aa.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    speed = [r for r in records if r["point"]["metric_name"] == "speed"]
+    for r in speed:
+        small = r["sides"]["A"]["estimateUs"] < campaign["reprepareUnderUs"]
+        assert r["preparations"] == (12 if small else 1)
+    # A 6.6 us point's batch: 301 replays (2 ms), where the single protocol's cap gave 20.
+    assert max(r["perBatch"] for r in speed) == 301
+    points = paired_ab.load([PREP12 / "campaign-h100p"])
+    acc = paired_ab.acceptance(points)
+    assert acc["swiglu"]["meets"] and acc["swiglu"]["over2"] == 0
+    # Sampling 12 placements did not remove rope's steady per-point differences: 4 of 24 points
+    # over 2 % (liger forward and full at T=1024, liger backward at 2048, liger full at 8192).
+    assert not acc["rope"]["meets"] and acc["rope"]["over2"] == 4
+    over = {(p.provider, p.mode, p.x) for p in points if p.kernel == "rope" and p.percent > 2}
+    assert over == {("liger", "forward", "1024"), ("liger", "full", "1024"),
+                    ("liger", "backward", "2048"), ("liger", "full", "8192")}  # fmt: skip
+
+
+def test_the_prep12_page_is_current() -> None:
+    assert PREP12_PAGE.read_text() == _report().render(PREP12)
