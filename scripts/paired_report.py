@@ -177,7 +177,7 @@ def render(fixture: Path) -> str:
         "slowed forward diluted by the backward.",
         "",
         "| campaign | kernel | provider | pass | x | B / A | smallest visible | alert | "
-        "batch pairs | clock spread (max) | throttled |",
+        "quads | clock spread (max) | throttled |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     ab = [v for v in verdicts if v.point.baseline != v.point.candidate]
