@@ -16,6 +16,7 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -38,6 +39,22 @@ def _order(v: pa.Verdict) -> tuple[str, str, int, str, int]:
 
 def _pct(x: float | None, places: int = 2) -> str:
     return "" if x is None else f"{x:.{places}f} %"
+
+
+def _protocol(c: dict[str, Any]) -> str:
+    """What the campaign's protocol version did (its campaign.json's own parameters)."""
+    cap = c.get("maxReplaysPerBatch", c["deviceTime"]["maxReplaysPerBatch"])
+    text = f"; protocol {c.get('protocolVersion', 1)}: up to {cap} replays a batch"
+    if c.get("holdUs"):
+        text += f", a spin of {c['holdUs']:.0f} us before each graph batch"
+    if c.get("preparations", 1) > 1:
+        text += (
+            f", points under {c['reprepareUnderUs']:.0f} us prepared {c['preparations']} "
+            "times a side"
+        )
+    else:
+        text += ", one preparation a side"
+    return text
 
 
 def render(fixture: Path) -> str:
@@ -84,7 +101,9 @@ def render(fixture: Path) -> str:
             f"torch {host.get('torch')}, triton {host.get('triton')}; {c['pairs']} batch "
             f"pairs per point after {c['heatMs']:.0f} ms of heat per side, clock tolerance "
             f"{c['clockTolerance'] * 100:.0f} %; started {c['startedAt']}, budget "
-            f"{c['budgetSeconds']:.0f} s. Sittings: {sittings}."
+            f"{c['budgetSeconds']:.0f} s"
+            + _protocol(c)
+            + f". Sittings: {sittings}."
             + (f" Skipped by the budget: {skipped}." if skipped else ""),
             "",
         ]
@@ -92,8 +111,9 @@ def render(fixture: Path) -> str:
     out += [
         "## A/A per kernel (a build against itself, same sitting)",
         "",
-        "Each pair is one speed point (provider, pass, shape): the median over its batch pairs "
-        "of B / A. Bar (issue 53): median under 0.5 % and at most 5 % of pairs over 2 %. "
+        "Each pair is one speed point (provider, pass, shape): B / A, the median over its "
+        "quads (an AB batch pair and the BA pair after it, their mean log ratio) of "
+        "e^ln(B / A). Bar (issue 53): median under 0.5 % and at most 5 % of pairs over 2 %. "
         "Throttled: points with a slowdown reason (NVML; here SW power cap) set during a "
         "batch. SM clock: the median NVML SM clock during the batches.",
         "",
@@ -157,7 +177,7 @@ def render(fixture: Path) -> str:
         "slowed forward diluted by the backward.",
         "",
         "| campaign | kernel | provider | pass | x | B / A | smallest visible | alert | "
-        "batch pairs | clock spread (max) | throttled |",
+        "quads | clock spread (max) | throttled |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     ab = [v for v in verdicts if v.point.baseline != v.point.candidate]

@@ -32,9 +32,11 @@ import gc
 import json
 import math
 import os
+import random
 import runpy
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 QUANTILES = (0.5, 0.2, 0.8)
@@ -497,12 +499,18 @@ class PairedSide:
             self.heat_calls += n
         torch.cuda.synchronize()
 
-    def batch(self, n: int) -> dict[str, Any]:
+    def batch(self, n: int, hold_cycles: int = 0) -> dict[str, Any]:
+        """`n` calls or replays between CUDA events. `hold_cycles` (graph batches only): a
+        spin kernel before the start event, so the GPU is busy while the host queues the
+        batch's replays and the events time the replays back to back, not the host's launch
+        latency after a side's first call (CUPTI sums kernel times: no host time in them)."""
         import torch
 
         if self.method == "cupti" and self.prof is None:
             self.heat(0.0)  # opens the profiler (one untimed call, left out)
 
+        if hold_cycles and self.method != "cupti" and hasattr(torch.cuda, "_sleep"):
+            torch.cuda._sleep(int(hold_cycles))
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -532,7 +540,7 @@ class PairedSide:
                 out["kernelsPerCall"] = per_call
             else:
                 out["error"] = f"{len(events)} device activities for {total} calls"
-                out["ms"] = []
+                out["ms"] = [0.0] * len(self.calls)  # each batch lost, kept in its place
             self.prof = None
         else:
             out["ms"] = self.ms
@@ -546,18 +554,63 @@ class PairedSide:
         self.timer.close()
 
 
+def _bench_call() -> Callable[[], Any] | None:
+    """The benchmark function's call that is measuring this point (the frame just under
+    upstream's `run_benchmarks`: `bench_test_fn(single_benchmark_run_input)`), as a call that
+    makes it again: its setup then allocates the point's inputs afresh and it calls do_bench
+    with a new callable. None where the stack is not upstream's shape."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_back is not None:
+        up = frame.f_back
+        if up.f_code.co_name == "run_benchmarks" and "kernel_name" in up.f_locals:
+            fn = up.f_locals.get("bench_test_fn")
+            code = frame.f_code
+            if fn is None or getattr(fn, "__code__", None) is not code:
+                return None
+            args = [frame.f_locals[name] for name in code.co_varnames[: code.co_argcount]]
+            return lambda: fn(*args)
+        frame = up
+    return None
+
+
+LARGE_PAGE = 2 << 20  # the caching allocator's large-segment granularity (2 MiB)
+
+
+def _spacer(rng: random.Random) -> tuple[Any, int]:
+    """Device memory of a random size, allocated before a re-preparation and held while the
+    point's new inputs and graph are allocated: the caching allocator's freed segments were
+    returned to the driver first (`empty_cache`), so the new buffers land at other addresses
+    than the last preparation's (1 to 32 large pages further, plus up to 1 MiB in the small
+    pool)."""
+    import torch
+
+    large = rng.randrange(1, 33) * LARGE_PAGE
+    small = rng.randrange(0, 2048) * 512
+    held = [torch.empty(large, dtype=torch.uint8, device="cuda")]
+    if small:
+        held.append(torch.empty(small, dtype=torch.uint8, device="cuda"))
+    return held, large + small
+
+
 class PairedRecorder:
     """One side of the paired protocol (`device_pair.py` is the coordinator): at each benchmark
     point the callable is prepared (warm-up, capture) and the coordinator is told; it then asks
     for timed batches, one at a time, the two sides' batches alternating (ABBA), and says when
     the point is done. Upstream's timer is not run (the sitting is for the comparison; the CSV
-    the script writes holds this side's median per-batch time)."""
+    the script writes holds this side's median per-batch time).
 
-    def __init__(self, protocol: dict[str, Any], script: str, rfd: int, wfd: int) -> None:
-        self.protocol, self.script = protocol, script
+    `prepare` (between batches, when the coordinator asks): the point is prepared again at
+    fresh allocations (`_bench_call` made again after a random spacer, `_spacer`), so a
+    steady difference of where one process's buffers happen to lie is sampled over the point
+    rather than fixed for it. Its batches are kept in order with the earlier preparations'."""
+
+    def __init__(self, protocol: dict[str, Any], script: str, rfd: int, wfd: int,
+                 side: str = "") -> None:  # fmt: skip
+        self.protocol, self.script, self.side = protocol, script, side
         self.rx = os.fdopen(rfd, "r", encoding="utf-8")
         self.tx = os.fdopen(wfd, "w", encoding="utf-8")
         self.calls: dict[str, int] = {}
+        self.collecting: list[tuple[Any, Any]] | None = None
 
     def send(self, message: dict[str, Any]) -> None:
         self.tx.write(json.dumps(message) + "\n")
@@ -570,12 +623,32 @@ class PairedRecorder:
         message: dict[str, Any] = json.loads(line)
         return message
 
-    def point(self, fn: Any, grads: Any, point: dict[str, Any]) -> list[float]:
+    def _prepare_again(self, again: Callable[[], Any], mode: str,
+                       rng: random.Random) -> tuple[PairedSide, dict[str, Any]]:  # fmt: skip
+        """The point's inputs and callable made again by the benchmark's own code, at fresh
+        allocations, and prepared as the first were."""
+        spacer, size = _spacer(rng)
+        self.collecting = []
+        try:
+            again()
+        finally:
+            got, self.collecting = self.collecting, None
+        if len(got) != 1:
+            raise RuntimeError(f"the benchmark call made {len(got)} do_bench calls, not 1")
+        fn, grads = got[0]
+        side = PairedSide(fn, grads, self.protocol, mode)
+        side.held = (fn, grads, spacer)  # type: ignore[attr-defined]
+        return side, {"method": side.method, "estimateUs": side.estimate_us, "spacerBytes": size}
+
+    def point(self, fn: Any, grads: Any, point: dict[str, Any],
+              again: Callable[[], Any] | None = None) -> list[float]:  # fmt: skip
         key = json.dumps(point, sort_keys=True)
         index = self.calls[key] = self.calls.get(key, -1) + 1
-        side, ready = None, {"point": point, "call": index}
+        mode = point["kernel_operation_mode"]
+        side: PairedSide | None = None
+        ready: dict[str, Any] = {"point": point, "call": index, "reprepare": again is not None}
         try:
-            side = PairedSide(fn, grads, self.protocol, point["kernel_operation_mode"])
+            side = PairedSide(fn, grads, self.protocol, mode)
             ready |= {"method": side.method, "estimateUs": side.estimate_us,
                       "state": gpu_state()}  # fmt: skip
             if getattr(side.timer, "capture_error", None):
@@ -584,6 +657,9 @@ class PairedRecorder:
             ready["error"] = f"{type(exc).__name__}: {exc}"[:300]
         self.send({"ready": ready})
         ms: list[float] = []
+        earlier: list[float] = []  # the batches of the preparations before the current one
+        prepared = 1
+        rng = random.Random(f"{self.side}|{key}|{index}")  # noqa: S311 (placement, not secrets)
         try:
             while True:
                 message = self.receive()
@@ -595,10 +671,31 @@ class PairedRecorder:
                         side.heat(float(message["ms"]))  # type: ignore[union-attr]
                         answer: dict[str, Any] = {}
                     elif op == "batch":
-                        answer = side.batch(int(message["n"]))  # type: ignore[union-attr]
+                        hold = int(message.get("holdCycles", 0))
+                        answer = side.batch(int(message["n"]), hold)  # type: ignore[union-attr]
+                    elif op == "prepare":
+                        assert side is not None
+                        done = side.finish()
+                        earlier += done.get("ms") or [0.0] * len(side.calls)
+                        side.close()
+                        side = None
+                        _empty_cache()
+                        try:
+                            if again is None:
+                                raise RuntimeError("this point cannot be made again")
+                            side, answer = self._prepare_again(again, mode, rng)
+                            prepared += 1
+                        except Exception as exc:
+                            # Back to the script's own preparation; the coordinator stops asking.
+                            answer = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                            gc.collect()
+                            _empty_cache()
+                            side = PairedSide(fn, grads, self.protocol, mode)
                     elif op == "finish":
                         answer = side.finish()  # type: ignore[union-attr]
-                        ms = [v for v in answer.get("ms", []) if v > 0]
+                        answer["ms"] = earlier + list(answer.get("ms", []))
+                        answer["preparations"] = prepared
+                        ms = [v for v in answer["ms"] if v > 0]
                     else:
                         break
                 except Exception as exc:
@@ -607,6 +704,7 @@ class PairedRecorder:
         finally:
             if side is not None:
                 side.close()
+            side = None
             gc.collect()
             _empty_cache()
         if not ms:
@@ -616,16 +714,20 @@ class PairedRecorder:
 
     def wrap(self, original: Any) -> Any:
         def do_bench(fn: Any, *args: Any, **kwargs: Any) -> Any:
-            point = _point()
-            if point is None:
-                return original(fn, *args, **kwargs)  # an autotuner's call: upstream's timer
             grads = kwargs.get("grad_to_none")
             if grads is None and len(args) >= 3:
                 grads = args[2]
-            p50, p20, p80 = self.point(fn, grads, point)
             quantiles = kwargs.get("quantiles")
             if quantiles is None and len(args) >= 4:
                 quantiles = args[3]
+            if self.collecting is not None:
+                # A re-preparation's call: hand its callable back, time nothing here.
+                self.collecting.append((fn, grads))
+                return [math.nan] * len(quantiles) if quantiles else math.nan
+            point = _point()
+            if point is None:
+                return original(fn, *args, **kwargs)  # an autotuner's call: upstream's timer
+            p50, p20, p80 = self.point(fn, grads, point, _bench_call())
             if not quantiles:
                 return p50
             by_q = {0.5: p50, 0.2: p20, 0.8: p80}
@@ -666,7 +768,8 @@ def main(argv: list[str]) -> None:
         import triton.testing
 
         fds = json.loads(pair)
-        recorder = PairedRecorder(protocol, os.path.basename(script), fds["rfd"], fds["wfd"])
+        recorder = PairedRecorder(protocol, os.path.basename(script), fds["rfd"], fds["wfd"],
+                                  str(fds.get("side", "")))  # fmt: skip
         triton.testing.do_bench = recorder.wrap(triton.testing.do_bench)
     else:
         install(os.environ["KINDEX_DEVICE_TIME_OUT"], protocol, os.path.basename(script))

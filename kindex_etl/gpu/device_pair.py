@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -52,9 +53,26 @@ from typing import Any
 from kindex_etl.gpu import device_time
 
 PROTOCOL = "kindex-paired-device-time"
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 3  # 2: 12 preparations, no hold (one H100 campaign, 2026-12-07)
 PAIRS = 24  # batch pairs per point, ABBA: each side first in half of them
 HEAT_MS = 100.0  # untimed work per side before a point's batches
+# A point whose one call or replay takes under REPREPARE_UNDER_US is prepared PREPARATIONS
+# times on each side (the benchmark's own setup run again at fresh allocations, the pairs
+# spread evenly over them): where a small memory-bound kernel's buffers lie differs from one
+# allocation to the next (rope's liger forward on the H100: one process 2.5 % slower than the
+# other in all 24 pairs of a point), so one preparation per process fixes that difference for
+# the whole point; several sample it.
+PREPARATIONS = 4
+REPREPARE_UNDER_US = 1000.0
+REHEAT_MS = 20.0  # untimed work per side after a re-preparation
+# A graph batch starts after a spin kernel of HOLD_US (at the GPU's top SM clock): the host
+# queues the replays while the GPU spins, so the events do not time the host's launch latency
+# (on the H100 a side's first batch after the other's and its second in a row differed by up
+# to 4 % in the same process before this, as whichever ran first in a pair).
+HOLD_US = 100.0
+# Replays (or calls) per batch: as many as last `batchTargetUs` (2 ms), up to this many. The
+# single protocol's cap (20, its catalog parameters) left a 5 us kernel's batch at 0.1 ms.
+MAX_REPLAYS_PER_BATCH = 1000
 CLOCK_TOLERANCE = 0.03  # a pair's SM clocks (NVML, during its batches) may differ by 3 %
 DEFAULT_SITTING_S = 90.0  # a sitting's estimate before any was measured
 CAMPAIGN_FILE = "campaign.json"
@@ -139,12 +157,30 @@ def _ask(worker: Worker, message: dict[str, Any], deadline: float) -> dict[str, 
 
 def batch_size(ready: dict[str, Any]) -> int:
     """Replays (graph) or calls (CUPTI) per batch: about `batchTargetUs` of the first side's
-    work, 1 to `maxReplaysPerBatch`; the same on both sides."""
+    work, 1 to MAX_REPLAYS_PER_BATCH; the same on both sides."""
     params = device_time.launcher_parameters()
     us = float(ready.get("estimateUs") or 0.0)
     if us <= 0:
         return 1
-    return int(min(params["maxReplaysPerBatch"], max(1, round(params["batchTargetUs"] / us))))
+    return int(min(MAX_REPLAYS_PER_BATCH, max(1, round(params["batchTargetUs"] / us))))
+
+
+@functools.cache
+def hold_cycles() -> int:
+    """HOLD_US in SM cycles at the GPU's top SM clock (NVML; 1,980 MHz without it)."""
+    mhz = gpu_facts().get("maxSmClockMHz") or 1980
+    return int(HOLD_US * float(mhz))
+
+
+def preparations(ready: Sequence[dict[str, Any]], pairs: int) -> int:
+    """How many times each side prepares this point: PREPARATIONS where every side can make
+    it again and the first side's call is under REPREPARE_UNDER_US, else once."""
+    if len(ready) != 2 or not all(r.get("reprepare") for r in ready):
+        return 1
+    us = float(ready[0].get("estimateUs") or 0.0)
+    if not 0 < us < REPREPARE_UNDER_US:
+        return 1
+    return max(1, min(PREPARATIONS, pairs))
 
 
 def _spread(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
@@ -159,17 +195,30 @@ def measure_point(workers: Sequence[Worker], ready: Sequence[dict[str, Any]], pa
     """One point's batches, the sides alternating batch by batch (A B B A A B ...), after
     HEAT_MS of untimed work on each side. A pair of batches whose SM clocks (NVML, sampled
     while each batch ran) differ by more than CLOCK_TOLERANCE is kept but marked, and another
-    pair is measured in its place (at most pairs / 2 more)."""
+    pair is measured in its place (at most pairs / 2 more). A small point is prepared again on
+    both sides (`preparations`) every pairs / preparations pairs, then heated REHEAT_MS."""
     n = batch_size(ready[0])
+    hold = hold_cycles()
     for w in workers:
         _ask(w, {"op": "heat", "ms": HEAT_MS}, deadline)
     states: list[list[Any]] = [[] for _ in workers]
     plan = orders(len(workers), pairs)
     extra, i, kept = 0, 0, 0
     off_clock: list[int] = []
+    wanted = preparations(ready, pairs)
+    every = max(1, pairs // wanted)
+    prepared: list[dict[str, Any]] = []
     while i < len(plan) and time.time() < deadline:
+        if wanted > 1 and 0 < i < pairs and i % every == 0 and len(prepared) < wanted - 1:
+            answers = {w.side.name: _ask(w, {"op": "prepare"}, deadline) for w in workers}
+            prepared.append({"atPair": i, **answers})
+            if _failed(answers):
+                wanted = 1  # a side could not: the rest of the point on what it has
+            for w in workers:
+                _ask(w, {"op": "heat", "ms": REHEAT_MS}, deadline)
         for k in plan[i]:
-            states[k].append(_ask(workers[k], {"op": "batch", "n": n}, deadline).get("busy"))
+            ask = {"op": "batch", "n": n, "holdCycles": hold}
+            states[k].append(_ask(workers[k], ask, deadline).get("busy"))
         if len(workers) == 2:
             spread = _spread(states[0][-1], states[1][-1])
             if spread is not None and abs(spread) > CLOCK_TOLERANCE:
@@ -187,16 +236,23 @@ def measure_point(workers: Sequence[Worker], ready: Sequence[dict[str, Any]], pa
             "sm": [(s or {}).get("smClockMHz") for s in st],
             "throttle": [(s or {}).get("throttleReasons") for s in st],
             "state": f.get("state"),
+            "preparations": f.get("preparations", 1),
             **({"error": f["error"]} if "error" in f else {}),
         }
     return {
         "perBatch": n,
+        "preparations": 1 + sum(1 for p in prepared if not _failed(p)),
+        "prepared": prepared,
         "order": ["".join(workers[k].side.name for k in o) for o in plan[:kept]],
         "offClock": off_clock,
         "extraPairs": extra,
         "heatMs": HEAT_MS,
         "batchesBySide": sides,
     }
+
+
+def _failed(prepared: dict[str, Any]) -> bool:
+    return any(isinstance(a, dict) and "error" in a for a in prepared.values())
 
 
 def _key(ready: dict[str, Any]) -> str:
@@ -376,6 +432,11 @@ def run_campaign(
         "pairs": pairs,
         "heatMs": HEAT_MS,
         "clockTolerance": CLOCK_TOLERANCE,
+        "maxReplaysPerBatch": MAX_REPLAYS_PER_BATCH,
+        "preparations": PREPARATIONS,
+        "reprepareUnderUs": REPREPARE_UNDER_US,
+        "reheatMs": REHEAT_MS,
+        "holdUs": HOLD_US,
         "gpu": gpu_facts(),
         "host": {"python": platform.python_version(), "machine": platform.machine()},
         "startedAt": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -1,9 +1,10 @@
 """A/A and A/B of paired device-time campaigns (`device_pair.py`), with the limits they admit.
 
 A point of a sitting is one benchmark point (kernel, provider, pass, x, config, call) measured
-`rounds` times on each side, the sides interleaved (ABBA). Its estimate is the median over its
-rounds of the paired log difference ln(B / A) of the round; a round measured again because
-the sides' SM clocks differed by more than the tolerance is left out (its repeat stands in).
+in pairs of batches on each side, the sides interleaved (ABBA). Its estimate is the median over
+its quads (an AB pair and the BA pair after it: `quads`) of their mean log difference ln(B / A);
+a pair measured again because the sides' SM clocks differed by more than the tolerance is left
+out (its repeat stands in), and so is its quad.
 
 - **A/A** (a sitting of a build against itself): per point |B / A - 1|; per kernel its median,
   p90 and the share over 2 %.
@@ -48,9 +49,9 @@ class Point:
     config: str
     call: int
     method: str
-    log_ratio: float  # median over rounds of ln(B / A)
+    log_ratio: float  # median over quads (else pairs) of ln(B / A)
     se: float  # the rounds' own standard error of that median's mean (0 with one round)
-    rounds: int  # batch pairs kept
+    rounds: int  # quads kept (pairs where too few quads were)
     extra_rounds: int  # pairs measured again (clocks apart)
     throttled: bool  # a measurement of this point ran under a slowdown reason
     clock_spread: float | None  # the largest |SM clock B / A - 1| of a kept round
@@ -82,6 +83,7 @@ def _point(campaign: dict[str, Any], sitting: dict[str, Any], rec: dict[str, Any
     a, b = sides.get("A", {}), sides.get("B", {})
     off = set(rec.get("offClock", []))
     diffs, spreads, clocks, marked = [], [], [], False
+    by_pair: dict[int, float] = {}
     for i, (ma, mb) in enumerate(zip(a.get("ms", []), b.get("ms", []), strict=False)):
         sa = a.get("sm", [])[i] if i < len(a.get("sm", [])) else None
         sb = b.get("sm", [])[i] if i < len(b.get("sm", [])) else None
@@ -91,11 +93,13 @@ def _point(campaign: dict[str, Any], sitting: dict[str, Any], rec: dict[str, Any
         if i in off or not (ma > 0 and mb > 0):
             continue
         diffs.append(math.log(mb / ma))
+        by_pair[i] = diffs[-1]
         if sa and sb:
             spreads.append(abs(sb / sa - 1))
             clocks += [float(sa), float(sb)]
     if not diffs:
         return None
+    diffs = quads(by_pair, rec.get("order") or []) or diffs
     # The median's standard error (1.2533 sigma / sqrt(n) for a normal).
     se = 1.2533 * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else 0.0
     power = [float(s["state"]["powerW"]) for s in (a, b)
@@ -113,6 +117,19 @@ def _point(campaign: dict[str, Any], sitting: dict[str, Any], rec: dict[str, Any
         clock_spread=max(spreads) if spreads else None, sm_clock_mhz=_median(clocks),
         power_w=_median(power),
     )  # fmt: skip
+
+
+def quads(by_pair: dict[int, float], order: Sequence[str]) -> list[float]:
+    """ABBA's own estimate: the mean ln(B / A) of each AB pair and the BA pair after it (both
+    kept). Whichever side runs first in a pair (in ABBA also: the side running its second
+    batch in a row) can run slower or faster than the other for that alone (on the H100 up to
+    4 % for a small point); the mean of an AB and a BA pair cancels it, a single pair does not.
+    Empty where fewer than two such quads were kept (the pairs are used then)."""
+    out = []
+    for i in range(0, len(order) - 1, 2):
+        if {order[i], order[i + 1]} == {"AB", "BA"} and i in by_pair and i + 1 in by_pair:
+            out.append((by_pair[i] + by_pair[i + 1]) / 2)
+    return out if len(out) >= 2 else []
 
 
 def load(folders: Iterable[Path]) -> list[Point]:

@@ -7,14 +7,31 @@ events read that clock and the profiler lists each kernel with its duration, so 
 real code paths (capture, replay, batches, CUPTI sums, the fallback) run on CPU with figures a
 test can predict. `standin_host_sync()` is what a callable that copies to the host does: it
 fails during a capture, as on a GPU. It reports GPUs like tests/gpu/standin_torch.
+
+Placement (STANDIN_PLACEMENT, a fraction): `empty` hands out addresses in 2 MiB pages, one
+after the other, from where the process starts (side B of a paired sitting one page after side
+A); `standin_placement(t)` is 1 + that fraction for a tensor on an odd page, else 1: a steady
+per-process difference, as a small memory-bound kernel's buffers gave on the H100.
 """
 
 import contextlib
+import json
 import os
 
 __version__ = "2.11.0+standin"
 
 _state = {"clock": 0.0, "capture": None, "profile": None}
+PAGE = 2 << 20
+uint8 = "uint8"
+bfloat16 = "bfloat16"
+
+
+def _first_address():
+    side = json.loads(os.environ.get("KINDEX_DEVICE_PAIR") or "{}").get("side")
+    return PAGE if side == "B" else 0
+
+
+_state["next_address"] = _first_address()
 
 
 class version:
@@ -40,6 +57,10 @@ def standin_host_sync():
 
 
 class _Tensor:
+    def __init__(self, nbytes=0):
+        self.address = _state["next_address"]
+        _state["next_address"] += -(-nbytes // PAGE) * PAGE
+
     def add_(self, other):
         standin_kernel(0.5)
         return self
@@ -47,6 +68,15 @@ class _Tensor:
 
 def zeros(*shape, device=None):
     return _Tensor()
+
+
+def empty(nbytes, dtype=None, device=None):
+    return _Tensor(int(nbytes))
+
+
+def standin_placement(tensor):
+    slow = float(os.environ.get("STANDIN_PLACEMENT", "0"))
+    return 1.0 + slow if (tensor.address // PAGE) % 2 else 1.0
 
 
 class _Stream:
@@ -103,6 +133,15 @@ class cuda:
     @staticmethod
     def synchronize():
         pass
+
+    @staticmethod
+    def empty_cache():
+        pass
+
+    @staticmethod
+    def _sleep(cycles):
+        _state["slept"] = _state.get("slept", 0) + cycles
+        standin_kernel(cycles / 1980.0)  # a spin kernel at 1,980 MHz
 
     @staticmethod
     def is_available():

@@ -3,7 +3,8 @@
 forward launches one kernel, backward two, full both; liger's kernels cost 5 us per 1024 of x,
 torch's 50 us. The `hostile` provider copies to the host in its full pass, so a CUDA graph
 cannot capture it (the launcher falls back to CUPTI). A backward closure, as upstream's,
-backpropagates through a forward done outside it.
+backpropagates through a forward done outside it. Each call allocates the point's input
+(two pages), whose placement scales its kernels (`torch.standin_placement`, STANDIN_PLACEMENT).
 """
 
 import os
@@ -24,6 +25,7 @@ def bench(x, provider, mode):
     cost = COST_US[provider] * x / 1024
     if provider == "liger" and version("liger-kernel") == os.environ.get("STANDIN_SLOW_VERSION"):
         cost *= 1.03
+    cost *= torch.standin_placement(torch.empty(2 * torch.PAGE, dtype=torch.uint8, device="cuda"))
     leaf = Leaf()
 
     def forward():
