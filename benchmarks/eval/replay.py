@@ -42,7 +42,14 @@ from deltalake import DeltaTable
 
 from kindex_etl.catalog.history import load_history
 
-ENV = {**os.environ, "DO_NOT_TRACK": "1", "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+# PYTHONSAFEPATH: `-m` would put the working directory first on the path, so run from the
+# repository's root the commands would import its kindex_etl whatever PYTHONPATH names.
+ENV = {
+    **os.environ,
+    "DO_NOT_TRACK": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PYTHONSAFEPATH": "1",
+}
 
 
 def kindex(*args: str) -> dict[str, Any]:
