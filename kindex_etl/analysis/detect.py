@@ -81,8 +81,8 @@ class DetectorSettings:
     # A speed change is found at `z_threshold` and announced at this z (hysteresis): below it,
     # `pending` (`rules.unconfirmed`).
     announce_z: float = 5.5
-    # A series' sigma (`_series_sigma`): a release's modelled noise counts up to this many
-    # times the series' median; repeats set it only with this many degrees of freedom.
+    # A series' sigma (`_series_sigma`): a point's modelled noise counts up to this many times
+    # the series' upper quartile; repeats set it only with this many degrees of freedom.
     noise_cap: float = 3.0
     repeat_min_dof: int = 2
     # And at least the sigma its own successive points show, from this many points on.
@@ -224,20 +224,23 @@ def _jumpiness(p: Points, n_rel: npt.NDArray[np.int64], min_points: int) -> Floa
     return out
 
 
-def _group_median(values: FloatArray, sizes: npt.NDArray[np.int64]) -> FloatArray:
-    """The median of each consecutive group of `values` (`sizes`: each group's length, >= 1)."""
+def _sorted_groups(
+    values: FloatArray, sizes: npt.NDArray[np.int64]
+) -> tuple[FloatArray, npt.NDArray[np.int64]]:
+    """`values` sorted within each consecutive group (`sizes`: each group's length, >= 1),
+    and where each group starts."""
     group = np.repeat(np.arange(len(sizes)), sizes)
-    ordered = values[np.lexsort((values, group))]
-    starts = np.r_[0, np.cumsum(sizes)[:-1]]
+    return values[np.lexsort((values, group))], np.r_[0, np.cumsum(sizes)[:-1]]
+
+
+def _group_median(values: FloatArray, sizes: npt.NDArray[np.int64]) -> FloatArray:
+    ordered, starts = _sorted_groups(values, sizes)
     return (ordered[starts + (sizes - 1) // 2] + ordered[starts + sizes // 2]) / 2
 
 
 def _upper_quartile(values: FloatArray, sizes: npt.NDArray[np.int64]) -> FloatArray:
-    """The upper quartile (the value at rank ceil(0.75 (n - 1)), from 0) of each consecutive
-    group of `values` (`sizes`: each group's length, >= 1)."""
-    group = np.repeat(np.arange(len(sizes)), sizes)
-    ordered = values[np.lexsort((values, group))]
-    starts = np.r_[0, np.cumsum(sizes)[:-1]]
+    """Per group: the value at rank ceil(0.75 (n - 1)), from 0."""
+    ordered, starts = _sorted_groups(values, sizes)
     return ordered[starts + (3 * (sizes - 1) + 3) // 4]
 
 
