@@ -69,6 +69,17 @@ def _documents(wh: str) -> list[dict[str, Any]]:
     return documents(Path(wh), layout.RUNS)
 
 
+def _reprocess_with_a_new_catalog(tmp_path: Path, wh: str) -> None:
+    """Reprocess every run under a catalog whose version moved: nothing moves or is held."""
+    catalog_dir = tmp_path / "catalog"
+    shutil.copytree(Path(device_time.PROTOCOLS_FILE).parent, catalog_dir)
+    workloads = json.loads((catalog_dir / "workloads.json").read_text())
+    workloads["catalogVersion"] += ".1"
+    (catalog_dir / "workloads.json").write_text(json.dumps(workloads))
+    report = reprocess(wh, catalog=load_catalog(catalog_dir))
+    assert report.commit is not None and report.moved == 0 and report.newly_held == 0
+
+
 def _runs(wh: str) -> list[dict[str, Any]]:
     w = open_warehouse(wh, create=False)
     w.refresh()
@@ -244,13 +255,7 @@ def test_a_protocol_this_catalog_does_not_define_is_held_back_and_reprocess_keep
     assert {r["operation_mode"] for r in device} == {"backward"}
 
     # Reprocess rebuilds every run from the warehouse: device-time runs stay what they were.
-    catalog_dir = tmp_path / "catalog"
-    shutil.copytree(Path(device_time.PROTOCOLS_FILE).parent, catalog_dir)
-    workloads = json.loads((catalog_dir / "workloads.json").read_text())
-    workloads["catalogVersion"] += ".1"
-    (catalog_dir / "workloads.json").write_text(json.dumps(workloads))
-    report = reprocess(wh, catalog=load_catalog(catalog_dir))
-    assert report.commit is not None and report.moved == 0 and report.newly_held == 0
+    _reprocess_with_a_new_catalog(tmp_path, wh)
     after = {r["external_id"]: r for r in _runs(wh)}
     for r in device:
         assert {c: after[r["external_id"]][c] for c in (*DEVICE, "protocol_digest")} == {
@@ -363,13 +368,7 @@ def test_every_device_time_run_carries_the_gpus_clocks_power_and_throttle_state(
             "throttleReasons": 4, "throttled": True,
         }  # fmt: skip
     # Reprocess rebuilds the runs from the warehouse (a catalog change): the state stays.
-    catalog_dir = tmp_path / "catalog"
-    shutil.copytree(Path(device_time.PROTOCOLS_FILE).parent, catalog_dir)
-    workloads = json.loads((catalog_dir / "workloads.json").read_text())
-    workloads["catalogVersion"] += ".1"
-    (catalog_dir / "workloads.json").write_text(json.dumps(workloads))
-    report = reprocess(wh, catalog=load_catalog(catalog_dir))
-    assert report.commit is not None and report.moved == 0 and report.newly_held == 0
+    _reprocess_with_a_new_catalog(tmp_path, wh)
     after = {r["external_id"]: r for r in _runs(wh)}
     assert len(after) == len(runs)
     for r in device:

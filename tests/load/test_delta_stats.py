@@ -16,7 +16,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
-import pytest
 from deltalake import DeltaTable
 
 from kindex_etl.load import delta, file_stats, layout
@@ -26,14 +25,6 @@ from tests.maintenance import hourly_upstream, ingest_hourly
 
 TABLES = (*delta.PUBLISH_ORDER, delta.DOCUMENT_FILES)
 DAY_2 = datetime(2026, 6, 2, tzinfo=UTC)
-
-
-@pytest.fixture(params=["local", "s3"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    if request.param == "local":
-        return str(tmp_path / "up"), str(tmp_path / "wh")
-    bucket = request.getfixturevalue("s3_bucket")
-    return str(tmp_path / "up"), f"s3://{bucket}/warehouse"
 
 
 def _table(wh: str, table: str) -> DeltaTable:

@@ -41,14 +41,6 @@ DIGEST_COLUMNS = {
 }
 
 
-@pytest.fixture(params=["local", "s3"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    if request.param == "local":
-        return str(tmp_path / "up"), str(tmp_path / "wh")
-    bucket = request.getfixturevalue("s3_bucket")
-    return str(tmp_path / "up"), f"s3://{bucket}/warehouse"
-
-
 def uri(wh: str, table: str) -> str:
     return f"{wh.rstrip('/')}/{table}"
 
