@@ -143,7 +143,7 @@ def announced_alerts(store: ObjectStore) -> frozenset[str]:
     """The changes whose current row is an `alert`: announced, and not taken back."""
     warehouse = Warehouse(store)
     warehouse.refresh()
-    return frozenset(cid for cid, k in known_changes(warehouse).items() if k.state == "alert")
+    return frozenset(cid for cid, state in known_states(warehouse).items() if state == "alert")
 
 
 def known_states(warehouse: Warehouse) -> dict[str, str]:

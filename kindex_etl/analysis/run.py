@@ -155,8 +155,10 @@ def detect_changes(
     # is counted over the others' changes too, as the full analysis counts it (without them,
     # a per-commit file's ingest on 4.4M runs turned 290 environment steps into alerts).
     others: list[dict[str, Any]] = []
+    announced: frozenset[str] | None = None
     if source.only is not None:
         current = current_steps(store)
+        announced = frozenset(r["change_id"] for r in current if r["state"] == "alert")
         others = [r for r in current if r["series_key"] not in result.analysed_series]
         previous = [r for r in current if r["series_key"] in result.analysed_series]
         # And the touched series' changes move the others' counts: a change found at a step,
@@ -174,7 +176,8 @@ def detect_changes(
             others = [r for r in others if r["series_key"] not in result.analysed_series]
     mark_shared_steps(result.changes, kernels, across, context=others,
                       rule=cal.settings.class_rule, code=hist.source_changes)  # fmt: skip
-    hold_announced(result.changes, announced_alerts(store))
+    # The hour read every change's current row already; a full analysis reads the states.
+    hold_announced(result.changes, announced_alerts(store) if announced is None else announced)
     result.changes.sort(key=lambda r: (r["kernel"], r["series_key"], r["after_release"]))
     result.elapsed_s = round(time.perf_counter() - started, 3)
     return result
